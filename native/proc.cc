@@ -1,0 +1,89 @@
+// Process facts: is a pid alive, and when did it start (to tell a restarted pid from the
+// original owner of a segment or a connection).
+#include <sched.h>
+#include <signal.h>
+#include <sys/types.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "addon.h"
+
+namespace weft {
+namespace {
+
+// Reads /proc/<pid>/stat; returns false when the process is gone. Zombies count as gone:
+// a SIGKILLed child stays a zombie until reaped, but it will never touch memory again.
+bool ReadStat(int pid, char* state, unsigned long long* start) {
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+  FILE* f = std::fopen(path, "r");
+  if (f == nullptr) return false;
+  char buf[1024];
+  size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  buf[n] = 0;
+  // The command name may hold spaces and parentheses: fields resume after the last ')'.
+  char* p = std::strrchr(buf, ')');
+  if (p == nullptr) return false;
+  p += 2;
+  *state = *p;
+  // Field 3 is the state; starttime is field 22.
+  int field = 3;
+  while (*p && field < 22) {
+    if (*p == ' ') field++;
+    p++;
+  }
+  *start = std::strtoull(p, nullptr, 10);
+  return true;
+}
+
+// processStartTime(pid): start time in clock ticks since boot, or -1 when dead or a zombie.
+Napi::Value ProcessStartTime(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 1 || !info[0].IsNumber()) return Fail(env, "EINVAL", "processStartTime(pid: number)");
+  int pid = info[0].As<Napi::Number>().Int32Value();
+  char state = 0;
+  unsigned long long start = 0;
+  if (pid <= 0 || !ReadStat(pid, &state, &start) || state == 'Z' || state == 'X')
+    return Napi::Number::New(env, -1);
+  return Napi::Number::New(env, static_cast<double>(start));
+}
+
+// processAlive(pid, startTime?): the pid exists, is not a zombie, and (if given) started
+// at startTime, so a recycled pid is not mistaken for the original process.
+Napi::Value ProcessAlive(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 1 || !info[0].IsNumber()) return Fail(env, "EINVAL", "processAlive(pid: number, startTime?: number)");
+  int pid = info[0].As<Napi::Number>().Int32Value();
+  if (pid <= 0) return Napi::Boolean::New(env, false);
+  if (kill(pid, 0) != 0 && errno != EPERM) return Napi::Boolean::New(env, false);
+  char state = 0;
+  unsigned long long start = 0;
+  if (!ReadStat(pid, &state, &start) || state == 'Z' || state == 'X') return Napi::Boolean::New(env, false);
+  if (info.Length() >= 2 && info[1].IsNumber()) {
+    double want = info[1].As<Napi::Number>().DoubleValue();
+    if (want >= 0 && static_cast<double>(start) != want) return Napi::Boolean::New(env, false);
+  }
+  return Napi::Boolean::New(env, true);
+}
+
+// yieldThread(): gives the core to another runnable process (oversubscribed ranks).
+napi_value YieldThread(napi_env env, napi_callback_info info) {
+  sched_yield();
+  return nullptr;
+}
+
+}  // namespace
+
+void InitProc(Napi::Env env, Napi::Object exports) {
+  exports.Set("processStartTime", Napi::Function::New(env, ProcessStartTime, "processStartTime"));
+  exports.Set("processAlive", Napi::Function::New(env, ProcessAlive, "processAlive"));
+  napi_value fn;
+  napi_create_function(env, "yieldThread", NAPI_AUTO_LENGTH, YieldThread, nullptr, &fn);
+  exports.Set("yieldThread", Napi::Value(env, fn));
+}
+
+}  // namespace weft

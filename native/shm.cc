@@ -1,0 +1,168 @@
+// Shared-memory segments mapped into JS as real SharedArrayBuffers.
+//
+// Node-API has no SharedArrayBuffer constructor in Node 20, so this file alone uses V8's C++
+// API: a /dev/shm mapping wrapped in a SharedArrayBuffer backing store gives JS Atomics that
+// are exact across processes. The mapping is unmapped when the last JS reference is collected,
+// so closing a segment can never leave a dangling view.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <v8.h>
+
+#include "addon.h"
+
+namespace weft {
+namespace {
+
+struct Mapping {
+  void* addr;
+  size_t len;
+};
+
+void Unmap(void* data, size_t length, void* deleter_data) {
+  Mapping* m = static_cast<Mapping*>(deleter_data);
+  if (m->addr != nullptr && m->addr != MAP_FAILED) munmap(m->addr, m->len);
+  delete m;
+}
+
+// The one place weft crosses from Node-API into V8: napi_value is a v8::Local<v8::Value> by
+// layout (Node's own js_native_api_v8 does the same reinterpretation).
+napi_value ToNapi(v8::Local<v8::Value> local) {
+  napi_value out;
+  static_assert(sizeof(out) == sizeof(local), "napi_value layout");
+  std::memcpy(&out, &local, sizeof(out));
+  return out;
+}
+
+Napi::Value WrapMapping(Napi::Env env, void* addr, size_t len) {
+  v8::Isolate* isolate = v8::Isolate::GetCurrent();
+  Mapping* m = new Mapping{addr, len};
+  std::unique_ptr<v8::BackingStore> store =
+      v8::SharedArrayBuffer::NewBackingStore(addr, len, Unmap, m);
+  v8::Local<v8::SharedArrayBuffer> sab =
+      v8::SharedArrayBuffer::New(isolate, std::shared_ptr<v8::BackingStore>(std::move(store)));
+  return Napi::Value(env, ToNapi(sab));
+}
+
+bool ValidName(const std::string& name) {
+  if (name.size() < 2 || name.size() > 250 || name[0] != '/') return false;
+  for (size_t i = 1; i < name.size(); i++) {
+    if (name[i] == '/') return false;
+  }
+  return true;
+}
+
+std::string ErrnoText(const char* what, const std::string& name, int err) {
+  return std::string(what) + " " + name + ": " + std::strerror(err);
+}
+
+const char* ErrnoCode(int err) {
+  switch (err) {
+    case EEXIST: return "EEXIST";
+    case ENOENT: return "ENOENT";
+    case EACCES: return "EACCES";
+    case ENOSPC: return "ENOSPC";
+    case ENOMEM: return "ENOMEM";
+    case EMFILE: return "EMFILE";
+    default: return "ESHM";
+  }
+}
+
+// shmCreate(name, size): exclusive create, mode 0600, sized and mapped.
+Napi::Value ShmCreate(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 2 || !info[0].IsString() || !info[1].IsNumber())
+    return Fail(env, "EINVAL", "shmCreate(name: string, size: number)");
+  std::string name = info[0].As<Napi::String>().Utf8Value();
+  double dsize = info[1].As<Napi::Number>().DoubleValue();
+  if (!ValidName(name)) return Fail(env, "EINVAL", "shmCreate: bad segment name " + name);
+  if (!(dsize > 0) || dsize > 1099511627776.0)
+    return Fail(env, "EINVAL", "shmCreate: size must be in (0, 1 TiB]");
+  size_t size = static_cast<size_t>(dsize);
+  int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  if (fd < 0) return Fail(env, ErrnoCode(errno), ErrnoText("shm_open", name, errno));
+  if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    int err = errno;
+    close(fd);
+    shm_unlink(name.c_str());
+    return Fail(env, ErrnoCode(err), ErrnoText("ftruncate", name, err));
+  }
+  void* addr = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  int err = errno;
+  close(fd);
+  if (addr == MAP_FAILED) {
+    shm_unlink(name.c_str());
+    return Fail(env, ErrnoCode(err), ErrnoText("mmap", name, err));
+  }
+  return WrapMapping(env, addr, size);
+}
+
+// shmOpen(name): map an existing segment at its full size.
+Napi::Value ShmOpen(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 1 || !info[0].IsString()) return Fail(env, "EINVAL", "shmOpen(name: string)");
+  std::string name = info[0].As<Napi::String>().Utf8Value();
+  if (!ValidName(name)) return Fail(env, "EINVAL", "shmOpen: bad segment name " + name);
+  int fd = shm_open(name.c_str(), O_RDWR, 0);
+  if (fd < 0) return Fail(env, ErrnoCode(errno), ErrnoText("shm_open", name, errno));
+  struct stat st;
+  if (fstat(fd, &st) != 0 || st.st_size <= 0) {
+    int err = errno;
+    close(fd);
+    return Fail(env, "ESHM", ErrnoText("fstat", name, err ? err : EINVAL));
+  }
+  size_t size = static_cast<size_t>(st.st_size);
+  void* addr = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  int err = errno;
+  close(fd);
+  if (addr == MAP_FAILED) return Fail(env, ErrnoCode(err), ErrnoText("mmap", name, err));
+  return WrapMapping(env, addr, size);
+}
+
+// shmUnlink(name): true when removed, false when it was already gone.
+Napi::Value ShmUnlink(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 1 || !info[0].IsString()) return Fail(env, "EINVAL", "shmUnlink(name: string)");
+  std::string name = info[0].As<Napi::String>().Utf8Value();
+  if (!ValidName(name)) return Fail(env, "EINVAL", "shmUnlink: bad segment name " + name);
+  if (shm_unlink(name.c_str()) == 0) return Napi::Boolean::New(env, true);
+  if (errno == ENOENT) return Napi::Boolean::New(env, false);
+  return Fail(env, ErrnoCode(errno), ErrnoText("shm_unlink", name, errno));
+}
+
+// memcpyBandwidth(bytes, iterations): seconds for `iterations` single-thread memcpy calls of
+// `bytes` between two private buffers: the yardstick the shm provider's streaming is held to.
+Napi::Value MemcpyBandwidth(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  size_t bytes = static_cast<size_t>(info[0].As<Napi::Number>().DoubleValue());
+  size_t iters = static_cast<size_t>(info[1].As<Napi::Number>().DoubleValue());
+  if (bytes == 0 || iters == 0) return Fail(env, "EINVAL", "memcpyBandwidth(bytes > 0, iterations > 0)");
+  std::vector<char> a(bytes, 1), b(bytes, 2);
+  std::memcpy(b.data(), a.data(), bytes);
+  auto t0 = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < iters; i++) {
+    std::memcpy((i & 1) ? a.data() : b.data(), (i & 1) ? b.data() : a.data(), bytes);
+    asm volatile("" : : "r"(a.data()), "r"(b.data()) : "memory");
+  }
+  auto t1 = std::chrono::steady_clock::now();
+  return Napi::Number::New(env, std::chrono::duration<double>(t1 - t0).count());
+}
+
+}  // namespace
+
+void InitShm(Napi::Env env, Napi::Object exports) {
+  exports.Set("shmCreate", Napi::Function::New(env, ShmCreate, "shmCreate"));
+  exports.Set("shmOpen", Napi::Function::New(env, ShmOpen, "shmOpen"));
+  exports.Set("shmUnlink", Napi::Function::New(env, ShmUnlink, "shmUnlink"));
+  exports.Set("memcpyBandwidth", Napi::Function::New(env, MemcpyBandwidth, "memcpyBandwidth"));
+}
+
+}  // namespace weft

@@ -1,0 +1,38 @@
+/** Timeout and AbortSignal handling shared by every blocking call. */
+import { WeftError } from '../errors.js';
+
+/** Options every blocking call accepts. */
+export interface WaitOptions {
+  /** Milliseconds before the call fails with ETIMEDOUT. */
+  timeoutMs?: number;
+  /** Aborts the call with EABORTED. */
+  signal?: AbortSignal;
+}
+
+/** Default timeout of blocking calls, overridable with WEFT_TIMEOUT_MS. */
+export function defaultTimeoutMs(): number {
+  const env = Number(process.env.WEFT_TIMEOUT_MS);
+  return Number.isFinite(env) && env > 0 ? env : 30_000;
+}
+
+/** A point in time after which a blocking call gives up. */
+export class Deadline {
+  readonly at: number;
+  readonly timeoutMs: number;
+  constructor(timeoutMs: number | undefined, readonly signal?: AbortSignal) {
+    const t = timeoutMs ?? defaultTimeoutMs();
+    if (!(t >= 0)) throw new WeftError('EINVAL', `timeoutMs must be a non-negative number, got ${t}`);
+    this.timeoutMs = t;
+    this.at = performance.now() + t;
+  }
+  remaining(): number {
+    return this.at - performance.now();
+  }
+  /** Throws ETIMEDOUT or EABORTED when the call must stop; `what` describes the call. */
+  check(what: string): void {
+    if (this.signal?.aborted) throw new WeftError('EABORTED', `${what}: aborted by the caller's AbortSignal`, { cause: this.signal.reason });
+    if (performance.now() >= this.at) {
+      throw new WeftError('ETIMEDOUT', `${what}: timed out after ${this.timeoutMs} ms; raise timeoutMs (or WEFT_TIMEOUT_MS) if the peer is just slow, else check that it is alive and made the matching call`);
+    }
+  }
+}
