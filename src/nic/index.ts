@@ -1,0 +1,55 @@
+/**
+ * The NIC layer: RDMA verbs semantics over shared memory (`shm`) or libfabric (`ofi`).
+ *
+ * @example
+ * import { createDevice, CompletionBatch } from 'weft/nic';
+ * const dev = await createDevice({ provider: 'shm', label: 'rank 0' });
+ * const mr = dev.allocate(1 << 20);
+ * const qp = dev.createQueuePair({ peerLabel: 'rank 1' });
+ * // exchange qp.address() and mr.descriptor() with the peer, then:
+ * qp.connect(peerAddress);
+ * const remote = qp.importRegion(peerDescriptor);
+ * qp.postWriteImm(mr, 0, remote, 0, 64, 42, 1, true);
+ * await dev.cq.wait({ timeoutMs: 5000 });
+ */
+import { WeftError } from '../errors.js';
+import { native } from '../native/binding.js';
+import { ShmDevice, type ShmDeviceOptions } from './shm/device.js';
+import type { Device, DeviceOptions } from './types.js';
+
+export * from './types.js';
+export { sweepDeadSegments, listSegments } from './shm/segments.js';
+export { localIdentity, isPeerAlive, type ProcessIdentity } from './identity.js';
+
+/** libfabric provider names for weft's short names. */
+export const OFI_PROVIDERS: Record<string, string> = {
+  tcp: 'tcp;ofi_rxm',
+  shm: 'shm',
+  verbs: 'verbs;ofi_rxm',
+  efa: 'efa',
+};
+
+/** Parses a provider string ('shm', 'ofi', 'ofi:tcp', 'ofi:shm', 'ofi:verbs;ofi_rxm', ...). */
+export function parseProvider(spec: string | undefined): { kind: 'shm' } | { kind: 'ofi'; fabric: string } {
+  const s = spec ?? process.env.WEFT_PROVIDER ?? 'shm';
+  if (s === 'shm') return { kind: 'shm' };
+  if (s === 'ofi') return { kind: 'ofi', fabric: process.env.FI_PROVIDER ? (OFI_PROVIDERS[process.env.FI_PROVIDER] ?? process.env.FI_PROVIDER) : OFI_PROVIDERS.tcp };
+  if (s.startsWith('ofi:') && s.length > 4) {
+    const name = s.slice(4);
+    return { kind: 'ofi', fabric: OFI_PROVIDERS[name] ?? name };
+  }
+  throw new WeftError('EINVAL', `unknown provider ${JSON.stringify(s)}: use 'shm', 'ofi', or 'ofi:<libfabric provider>' such as 'ofi:tcp', 'ofi:shm', 'ofi:verbs'`);
+}
+
+/** Creates a device on the chosen provider (option, else WEFT_PROVIDER, else shm). */
+export async function createDevice(options: DeviceOptions & ShmDeviceOptions = {}): Promise<Device> {
+  const p = parseProvider(options.provider);
+  if (p.kind === 'shm') return new ShmDevice(options);
+  if (!native.ofi.available) {
+    throw new WeftError('ENOTSUP', `provider ${options.provider ?? 'ofi'} is not available: ${native.ofi.reason ?? 'built without libfabric'}; install libfabric-dev and rebuild (npm rebuild weft), or use provider 'shm'`);
+  }
+  // Loaded on demand: shm-only programs never touch libfabric.
+  const ofiModule = './ofi/device.js';
+  const { createOfiDevice } = (await import(ofiModule)) as { createOfiDevice(o: DeviceOptions & { fabricProvider: string }): Device };
+  return createOfiDevice({ ...options, fabricProvider: p.fabric });
+}

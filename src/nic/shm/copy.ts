@@ -1,0 +1,23 @@
+/**
+ * Byte copy between shared segments without a per-message allocation: small word-aligned
+ * copies run as an Int32 loop (a subarray view would cost more than the copy), larger ones
+ * use Uint8Array#set (memcpy speed).
+ */
+
+/** Copies `len` bytes; `dst32`/`src32` are Int32Array views of the same buffers as dst/src. */
+export function copyBytes(dst: Uint8Array, dst32: Int32Array, dOff: number, src: Uint8Array, src32: Int32Array, sOff: number, len: number): void {
+  if (len <= 256) {
+    if (((dOff | sOff | len) & 3) === 0) {
+      const d = dOff >> 2;
+      const s = sOff >> 2;
+      const n = len >> 2;
+      for (let i = 0; i < n; i++) dst32[d + i] = src32[s + i];
+      return;
+    }
+    if (len <= 64) {
+      for (let i = 0; i < len; i++) dst[dOff + i] = src[sOff + i];
+      return;
+    }
+  }
+  dst.set(src.subarray(sOff, sOff + len), dOff);
+}
