@@ -18,7 +18,7 @@ import { ShmDevice, type ShmDeviceOptions } from './shm/device.js';
 import type { Device, DeviceOptions } from './types.js';
 
 export * from './types.js';
-export { sweepDeadSegments, listSegments } from './shm/segments.js';
+export { sweepDeadSegments, listSegments, parseSegmentName } from './shm/segments.js';
 export { localIdentity, isPeerAlive, type ProcessIdentity } from './identity.js';
 
 /** libfabric provider names for weft's short names. */
