@@ -20,7 +20,8 @@ export interface NativeBinding {
   shmCreate(name: string, size: number): SharedArrayBuffer;
   shmOpen(name: string): SharedArrayBuffer;
   shmUnlink(name: string): boolean;
-  memcpyBandwidth(bytes: number, iterations: number): number;
+  memcpyBandwidth(bytes: number, iterations: number, slots?: number): number;
+  copyBytes(dst: Uint8Array, dstOffset: number, src: Uint8Array, srcOffset: number, length: number): void;
   futexWake(word: Int32Array, index: number, count?: number): number;
   futexWait(word: Int32Array, index: number, expected: number, timeoutMs: number): FutexResult;
   futexWaitAsync(word: Int32Array, index: number, expected: number, timeoutMs: number): Promise<FutexResult>;

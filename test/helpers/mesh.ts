@@ -26,6 +26,8 @@ export interface RunOptions {
   onEvent?: (rank: number, event: string, children: ChildProcess[], data?: unknown) => void;
   /** Ranks expected to die (their missing result is not an error). */
   mayDie?: number[];
+  /** Worker script (default: the NIC conformance worker). */
+  worker?: string;
 }
 
 /** Runs `scenario` in N worker processes and returns each rank's result. */
@@ -62,7 +64,7 @@ export function runScenario(scenario: string, opts: RunOptions): Promise<Scenari
       if (done === n) finish();
     };
     for (let rank = 0; rank < n; rank++) {
-      const child = fork(WORKER, [scenario, String(rank), String(n), opts.provider, JSON.stringify(opts.args ?? {})], {
+      const child = fork(opts.worker ?? WORKER, [scenario, String(rank), String(n), opts.provider, JSON.stringify(opts.args ?? {})], {
         stdio: ['ignore', 'inherit', 'pipe', 'ipc'],
         env: { ...process.env, WEFT_JOB: job },
       });

@@ -54,11 +54,11 @@ export class ShmCompletionQueue implements CompletionQueue {
       out.wrId[n] = 0;
       out.errors[n] = undefined;
       n++;
-      if (dev.autoRepost) dev.addCredits(qpn, 1);
+      if (dev.autoRepost) dev.deferGrant(qpn);
     }
     if (head !== start) {
       this.head = head;
-      Atomics.store(c, L.CQ_HEAD, head);
+      if (dev.autoRepost) dev.flushGrants(false);
     }
     if (n < max && dev.local.size > 0) n += dev.local.drain(out, n, max - n);
     out.count = n;
@@ -88,6 +88,7 @@ export class ShmCompletionQueue implements CompletionQueue {
       deadline.check(what);
     }
     const c = this.dev.ctl;
+    this.dev.flushGrants(true);
     const aborted = abortPromise(options.signal);
     let asleep = false;
     try {
@@ -122,6 +123,7 @@ export class ShmCompletionQueue implements CompletionQueue {
       if (this.ready()) return;
     }
     const c = this.dev.ctl;
+    this.dev.flushGrants(true);
     for (;;) {
       deadline.check(what);
       Atomics.add(c, L.SLEEPING, 1);

@@ -55,6 +55,12 @@ export class ShmDevice implements Device, QpHost {
   private readonly peers = new Map<string, PeerControl>();
   private readonly waitingQps = new Set<ShmQueuePair>();
   private lastPeerCheck = 0;
+  /** Credits consumed by polled completions and not yet published, per QP (autoRepost). */
+  private readonly deferred = new Int32Array(L.MAX_QPS);
+  /** Publish deferred credits once this many accumulate (or the peer waits for them). */
+  private readonly grantBatch = new Int32Array(L.MAX_QPS);
+  private readonly deferredQps = new Int32Array(L.MAX_QPS);
+  private deferredCount = 0;
   private closed = false;
 
   constructor(options: ShmDeviceOptions = {}) {
@@ -139,7 +145,10 @@ export class ShmDevice implements Device, QpHost {
     Atomics.store(this.ctl, L.QP_WAITER + qpn, 0);
     this.qps[qpn] = qp;
     Atomics.store(this.ctl, L.QP_STATE + qpn, L.QP_OPEN);
-    this.addCredits(qpn, options.recvCredits ?? 256);
+    const credits = options.recvCredits ?? 256;
+    this.deferred[qpn] = 0;
+    this.grantBatch[qpn] = Math.max(1, Math.min(16, credits >> 2));
+    this.addCredits(qpn, credits);
     return qp;
   }
 
@@ -155,6 +164,32 @@ export class ShmDevice implements Device, QpHost {
       const qp = this.qps[qpn];
       qp?.peer?.ring();
     }
+  }
+
+  /** Records one consumed credit to repost (autoRepost); published by flushGrants. */
+  deferGrant(qpn: number): void {
+    if (this.deferred[qpn]++ === 0) this.deferredQps[this.deferredCount++] = qpn;
+  }
+
+  /**
+   * Publishes deferred credits: all of them with `force` (before sleeping), else those of QPs
+   * with a full batch or whose peer is blocked on credits. Batching keeps the grant word's
+   * cache line from bouncing between the cores on every message.
+   */
+  flushGrants(force: boolean): void {
+    const list = this.deferredQps;
+    let keep = 0;
+    for (let i = 0; i < this.deferredCount; i++) {
+      const qpn = list[i];
+      const n = this.deferred[qpn];
+      if (force || n >= this.grantBatch[qpn] || Atomics.load(this.ctl, L.QP_WAITER + qpn) !== 0) {
+        this.deferred[qpn] = 0;
+        if (this.qps[qpn]) this.addCredits(qpn, n);
+      } else {
+        list[keep++] = qpn;
+      }
+    }
+    this.deferredCount = keep;
   }
 
   mapPeer(prefix: string, identity: ProcessIdentity, label: string): PeerControl {

@@ -58,6 +58,8 @@ export class ShmQueuePair implements QueuePair {
   private remoteQpn = -1;
   private grantedIdx = 0;
   private used = 0;
+  /** Credits known to be available without re-reading the peer's grant word (a cache miss). */
+  private credits = 0;
   private waiterArmed = false;
   private readonly sq: PendingOp[] = [];
   private errorStatus: number = Status.FLUSHED;
@@ -168,7 +170,10 @@ export class ShmQueuePair implements QueuePair {
       copyBytes(remote.seg8, remote.seg32, remote.base + rOff, local.seg8, local.seg32, local.offset + lOff, len);
     } else {
       const t = peer.i32;
-      if (((Atomics.load(t, this.grantedIdx) - this.used) | 0) <= 0 && !this.armCreditWaiter()) return false;
+      if (this.credits <= 0) {
+        this.credits = (Atomics.load(t, this.grantedIdx) - this.used) | 0;
+        if (this.credits <= 0 && !this.armCreditWaiter()) return false;
+      }
       copyBytes(remote.seg8, remote.seg32, remote.base + rOff, local.seg8, local.seg32, local.offset + lOff, len);
       const pos = Atomics.add(t, L.CQ_TAIL, 1);
       const b = L.CQ_RING + ((pos & peer.mask) << 2);
@@ -177,18 +182,24 @@ export class ShmQueuePair implements QueuePair {
       t[b + 3] = len;
       Atomics.store(t, b, (pos + 1) | 0);
       this.used = (this.used + 1) | 0;
+      this.credits--;
       peer.ring();
     }
     if (signaled) this.host.local.push(this.qpn, op, Status.SUCCESS, len, wrId >>> 0);
     return true;
   }
 
-  /** Asks the peer to ring our doorbell on its next grant; true if a credit showed up meanwhile. */
+  /**
+   * Asks the peer to publish its deferred grants and ring our doorbell when it does; true if
+   * a credit showed up meanwhile.
+   */
   private armCreditWaiter(): boolean {
     const peer = this.peer as PeerControl;
     Atomics.store(peer.i32, L.QP_WAITER + this.remoteQpn, 1);
     this.waiterArmed = true;
-    return ((Atomics.load(peer.i32, this.grantedIdx) - this.used) | 0) > 0;
+    peer.ring();
+    this.credits = (Atomics.load(peer.i32, this.grantedIdx) - this.used) | 0;
+    return this.credits > 0;
   }
 
   /** Runs queued operations in order; called by the device's progress loop. */
