@@ -1,0 +1,49 @@
+/** The `weft` command: info, demo, bench. */
+import { Command, InvalidArgumentError } from 'commander';
+import { printInfo } from './info.js';
+import { runDemo } from './demo.js';
+
+function positiveInt(v: string): number {
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError('must be a positive integer');
+  return n;
+}
+
+const program = new Command('weft').description('collective communication and RDMA-style RPC for Node.js').showHelpAfterError();
+
+program
+  .command('info')
+  .description('weft version, available providers (libfabric and its providers), host id, shared-memory limits')
+  .option('--json', 'print JSON')
+  .action((o: { json?: boolean }) => printInfo(!!o.json));
+
+program
+  .command('demo')
+  .description('run a few ranks on this host and show their traffic')
+  .option('-n, --ranks <n>', 'number of ranks', positiveInt, 4)
+  .option('--provider <p>', "provider: 'shm', 'ofi', 'ofi:tcp', 'ofi:shm'", process.env.WEFT_PROVIDER ?? 'shm')
+  .option('--laps <n>', 'token-ring laps', positiveInt, 2000)
+  .option('--blocks <n>', '1 MiB writes per rank', positiveInt, 256)
+  .action((o: { ranks: number; provider: string; laps: number; blocks: number }) => runDemo(o));
+
+const bench = program.command('bench').description('benchmarks (each prints a table and writes JSON to bench/results/)');
+bench
+  .command('nic')
+  .description('64 B WRITE_IMM round trip and streaming rate per provider, vs libfabric shm and memcpy')
+  .option('--provider <list>', 'comma-separated providers (default: shm, ofi:shm, ofi:tcp when built)')
+  .option('--runs <n>', 'runs per measurement; the median is reported', positiveInt, 5)
+  .option('--json', 'print one JSON object per line')
+  .option('--quick', 'smaller runs (smoke test)')
+  .action(async (o: { provider?: string; runs: number; json?: boolean; quick?: boolean }) => {
+    const nic = await import('../../bench/nic.js');
+    const records = await nic.runNicBench({ providers: o.provider ? o.provider.split(',') : nic.defaultProviders(), runs: o.runs, json: !!o.json, quick: !!o.quick });
+    const { saveResults } = await import('../../bench/lib/stats.js');
+    const file = saveResults('nic', records, { date: new Date().toISOString(), node: process.version, runs: o.runs, quick: !!o.quick });
+    if (!o.json) console.log(nic.nicReport(records));
+    process.stderr.write(`results: ${file}\n`);
+  });
+
+program.parseAsync().catch((err: Error) => {
+  console.error(`weft: ${err.message}`);
+  process.exit(1);
+});
