@@ -1,0 +1,133 @@
+/** The shm provider's API contract: bad input gets a clear error, waits time out and abort. */
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { createDevice, CompletionBatch, listSegments, Opcode, type Device, type QueuePair, type MemoryRegion, type RemoteRegion } from '../../src/nic/index.js';
+import { WeftError } from '../../src/errors.js';
+
+const job = `apitest${process.pid}`;
+
+async function pair(): Promise<{ a: Device; b: Device; qa: QueuePair; qb: QueuePair; ma: MemoryRegion; mb: MemoryRegion; rb: RemoteRegion }> {
+  const a = await createDevice({ provider: 'shm', label: 'rank 0', job });
+  const b = await createDevice({ provider: 'shm', label: 'rank 1', job });
+  const ma = a.allocate(4096);
+  const mb = b.allocate(4096);
+  const qa = a.createQueuePair({ peerLabel: 'rank 1' });
+  const qb = b.createQueuePair({ peerLabel: 'rank 0' });
+  qa.connect(qb.address());
+  qb.connect(qa.address());
+  return { a, b, qa, qb, ma, mb, rb: qa.importRegion(mb.descriptor()) };
+}
+
+const code = (c: string) => (e: unknown) => e instanceof WeftError && e.code === c;
+
+test('unknown provider and bad sizes are EINVAL', async () => {
+  await createDevice({ provider: 'carrier-pigeon' }).then(
+    () => assert.unreachable(),
+    (e) => assert.ok(code('EINVAL')(e)),
+  );
+  const d = await createDevice({ provider: 'shm', job });
+  try {
+    assert.throws(() => d.allocate(0), code('EINVAL'));
+    assert.throws(() => d.allocate(1.5), code('EINVAL'));
+    assert.throws(() => d.allocate('10' as unknown as number), code('EINVAL'));
+    assert.throws(() => d.register(new Uint8Array(16)), /only register memory obtained from device.allocate/);
+    const mr = d.allocate(100);
+    const sub = d.register(mr.bytes.subarray(10, 50));
+    assert.is(sub.byteLength, 40);
+    assert.throws(() => d.createQueuePair({ recvCredits: 1 << 20 }), /cqDepth/);
+  } finally {
+    d.close();
+  }
+});
+
+test('posting with bad arguments throws before anything moves', async () => {
+  const { a, b, qa, ma, mb, rb } = await pair();
+  try {
+    assert.throws(() => qa.postWrite(mb, 0, rb, 0, 8, 1, true), /registered MemoryRegion of this device/);
+    assert.throws(() => qa.postWrite(ma, 4090, rb, 0, 8, 1, true), /outside the 4096-byte region/);
+    assert.throws(() => qa.postWrite(ma, -1, rb, 0, 8, 1, true), code('EINVAL'));
+    assert.throws(() => qa.postWrite(ma, 0, rb, 0.5, 8, 1, true), /remoteOffset/);
+    assert.throws(() => qa.postWrite(ma, 0, {} as RemoteRegion, 0, 8, 1, true), /importRegion on this QP/);
+    const fresh = a.createQueuePair({ peerLabel: 'rank 9' });
+    assert.throws(() => fresh.postWrite(ma, 0, rb, 0, 8, 1, true), /before connect|importRegion/);
+    assert.throws(() => fresh.importRegion(mb.descriptor()), /not connected/);
+  } finally {
+    a.close();
+    b.close();
+  }
+});
+
+test('malformed addresses and descriptors are EPROTO, foreign ones EINVAL', async () => {
+  const { a, b, qa, ma } = await pair();
+  try {
+    const q = a.createQueuePair({ peerLabel: 'rank 2' });
+    assert.throws(() => q.connect(new Uint8Array(10)), code('EPROTO'));
+    assert.throws(() => q.connect(new Uint8Array(200).fill(7)), code('EPROTO'));
+    const addr = b.createQueuePair().address();
+    assert.throws(() => q.connect(addr.subarray(0, addr.length - 1)), code('EPROTO'));
+    assert.throws(() => qa.connect(addr), /create a new QP/);
+    assert.throws(() => qa.importRegion(new Uint8Array(56)), code('EPROTO'));
+    assert.throws(() => qa.importRegion(new Uint8Array(3)), code('EPROTO'));
+    // Our own region imported on the QP toward rank 1: it belongs to another process.
+    assert.throws(() => qa.importRegion(ma.descriptor()), code('EINVAL'));
+  } finally {
+    a.close();
+    b.close();
+  }
+});
+
+test('wait times out naming the rank, and aborts promptly', async () => {
+  const d = await createDevice({ provider: 'shm', label: 'rank 5', job });
+  try {
+    const t0 = performance.now();
+    await d.cq.wait({ timeoutMs: 150 }).then(
+      () => assert.unreachable(),
+      (e) => {
+        assert.ok(code('ETIMEDOUT')(e));
+        assert.match((e as Error).message, /rank 5/);
+      },
+    );
+    assert.ok(performance.now() - t0 >= 140);
+    const ac = new AbortController();
+    setTimeout(() => ac.abort(), 100);
+    const t1 = performance.now();
+    await d.cq.wait({ timeoutMs: 10_000, signal: ac.signal }).then(
+      () => assert.unreachable(),
+      (e) => assert.ok(code('EABORTED')(e)),
+    );
+    assert.ok(performance.now() - t1 < 2000, 'abort was not prompt');
+    assert.throws(() => d.cq.waitSync({ timeoutMs: 50 }), code('ETIMEDOUT'));
+  } finally {
+    d.close();
+  }
+});
+
+test('a write wakes a sleeping waiter', async () => {
+  const { a, b, qa, ma, rb } = await pair();
+  try {
+    const waiting = b.cq.wait({ timeoutMs: 5000 });
+    await new Promise((r) => setTimeout(r, 30));
+    ma.bytes[0] = 9;
+    qa.postWriteImm(ma, 0, rb, 0, 1, 1234, 0, false);
+    await waiting;
+    const batch = new CompletionBatch(4);
+    assert.is(b.cq.poll(batch), 1);
+    assert.is(batch.opcode[0], Opcode.RECV_WRITE_IMM);
+    assert.is(batch.imm[0], 1234);
+  } finally {
+    a.close();
+    b.close();
+  }
+});
+
+test('close unlinks every segment; use after close is ECLOSED', async () => {
+  const { a, b, qa, ma, rb } = await pair();
+  a.close();
+  b.close();
+  assert.equal(listSegments().filter((s) => s.includes(`.${job}.`)), []);
+  assert.throws(() => a.allocate(10), code('ECLOSED'));
+  // Posting on a closed QP reports through a completion, never touches memory.
+  qa.postWrite(ma, 0, rb, 0, 8, 3, true);
+});
+
+test.run();
