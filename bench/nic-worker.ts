@@ -19,11 +19,13 @@ function check(i: number): void {
 
 async function pingpong(): Promise<unknown> {
   const size = args.size;
-  const mesh = await joinMesh(rank, 2, provider, [size], { recvCredits: 64 });
+  // Separate receive (region 0, the peer's target) and send (region 1) buffers, as
+  // fi_rma_pingpong does: the source line then stays in the sender's cache.
+  const mesh = await joinMesh(rank, 2, provider, [size, size], { recvCredits: 64 });
   const peer = 1 - rank;
   const qp = mesh.qps[peer]!;
   const remote = mesh.remotes[peer][0];
-  const mr = mesh.mrs[0];
+  const mr = mesh.mrs[1];
   const cq = mesh.device.cq;
   const total = args.warmup + args.iters * args.runs;
   const rtts: number[] = [];

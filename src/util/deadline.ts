@@ -32,7 +32,7 @@ export class Deadline {
   check(what: string): void {
     if (this.signal?.aborted) throw new WeftError('EABORTED', `${what}: aborted by the caller's AbortSignal`, { cause: this.signal.reason });
     if (performance.now() >= this.at) {
-      throw new WeftError('ETIMEDOUT', `${what}: timed out after ${this.timeoutMs} ms; raise timeoutMs (or WEFT_TIMEOUT_MS) if the peer is just slow, else check that it is alive and made the matching call`);
+      throw new WeftError('ETIMEDOUT', `${what}: timed out after ${Math.round(this.timeoutMs)} ms; raise timeoutMs (or WEFT_TIMEOUT_MS) if the peer is just slow, else check that it is alive and made the matching call`);
     }
   }
 }

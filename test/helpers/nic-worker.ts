@@ -332,7 +332,39 @@ async function kill(): Promise<unknown> {
   return { pendingBefore, failures, qpEvent, late, detectMs, state: qp.state };
 }
 
-const scenarios: Record<string, () => Promise<unknown>> = { stream, read, access, backpressure, mesh4, kill };
+/**
+ * shm only: rank 1 reserves a slot in rank 0's completion ring and is killed before committing
+ * it. Rank 2's later message must still reach rank 0: the dead producer's hole is skipped.
+ */
+async function hole(): Promise<unknown> {
+  const mesh = await joinMesh(rank, n, provider, [4096]);
+  if (rank === 1) {
+    const peer = (mesh.qps[0] as unknown as { peer: { i32: Int32Array } }).peer;
+    Atomics.add(peer.i32, 16, 1); // CQ_TAIL: reserve, then die without committing
+    event('kill-me');
+    await new Promise(() => {});
+  }
+  if (rank === 2) {
+    await new Promise((r) => setTimeout(r, 400));
+    mesh.qps[0]!.postWriteImm(mesh.mrs[0], 0, mesh.remotes[0][0], 0, 8, 777, 0, false);
+    return { sent: true };
+  }
+  const t0 = performance.now();
+  let got = false;
+  let sawDeath = false;
+  await pump(
+    mesh,
+    (i) => {
+      if (batch.opcode[i] === Opcode.QP_EVENT) sawDeath = true;
+      else if (batch.opcode[i] === Opcode.RECV_WRITE_IMM && batch.imm[i] === 777) got = true;
+    },
+    () => got,
+    15_000,
+  );
+  return { got, sawDeath, ms: performance.now() - t0 };
+}
+
+const scenarios: Record<string, () => Promise<unknown>> = { stream, read, access, backpressure, mesh4, kill, hole };
 
 async function main(): Promise<void> {
   const fn = scenarios[scenario];

@@ -100,5 +100,20 @@ for (const provider of providers) {
     assert.equal(leftovers, [], 'the dead peer\'s segments were not swept');
   });
 
+  if (provider === 'shm') {
+    test('a producer killed between reserving and committing a ring slot does not block the others', async () => {
+      const { results } = await runScenario('hole', {
+        n: 3,
+        provider,
+        mayDie: [1],
+        timeoutMs: 30_000,
+        onEvent: (rank, event, children) => event === 'kill-me' && children[rank].kill('SIGKILL'),
+      });
+      const r = results[0] as { got: boolean; sawDeath: boolean; ms: number };
+      assert.ok(r.got, 'the live peer\'s message never arrived');
+      assert.ok(r.sawDeath, 'the dead peer was not reported');
+    });
+  }
+
   test.run();
 }

@@ -18,9 +18,13 @@ const YIELD_US = 2000;
 /** Sleep in slices this long, checking peers' liveness between slices. */
 const SLEEP_SLICE_MS = 50;
 
+/** A reserved-but-uncommitted slot is skipped after this long, once a peer has died. */
+const HOLE_MS = 200;
+
 export class ShmCompletionQueue implements CompletionQueue {
   private head = 0;
   private ticks = 0;
+  private holeSince = 0;
   private readonly mask: number;
 
   constructor(private readonly dev: ShmDevice) {
@@ -63,6 +67,28 @@ export class ShmCompletionQueue implements CompletionQueue {
     if (n < max && dev.local.size > 0) n += dev.local.drain(out, n, max - n);
     out.count = n;
     return n;
+  }
+
+  /**
+   * A producer killed between reserving a slot and committing it would block the ring for
+   * every other peer. Once a peer death was seen, a slot stuck that way for HOLE_MS is
+   * skipped (its credit was the dead producer's). Called from the slow paths only: reading
+   * the tail word on every poll would bounce its cache line between producers and consumer.
+   */
+  skipDeadHole(now: number): void {
+    const c = this.dev.ctl;
+    const head = this.head;
+    const committed = Atomics.load(c, L.CQ_RING + ((head & this.mask) << 2)) === ((head + 1) | 0);
+    if (committed || Atomics.load(c, L.CQ_TAIL) === head || this.dev.lastPeerDeath === 0) {
+      this.holeSince = 0;
+      return;
+    }
+    if (this.holeSince === 0) this.holeSince = now;
+    else if (now - this.holeSince >= HOLE_MS && now - this.dev.lastPeerDeath < 60_000) {
+      this.head = (head + 1) | 0;
+      this.dev.outstanding--;
+      this.holeSince = 0;
+    }
   }
 
   /** True when poll would return something (after moving queued work forward). */

@@ -55,6 +55,8 @@ export class ShmDevice implements Device, QpHost {
   private readonly peers = new Map<string, PeerControl>();
   private readonly waitingQps = new Set<ShmQueuePair>();
   private lastPeerCheck = 0;
+  /** When a peer was last found dead (0: never). */
+  lastPeerDeath = 0;
   /** Credits consumed by polled completions and not yet published, per QP (autoRepost). */
   private readonly deferred = new Int32Array(L.MAX_QPS);
   /** Publish deferred credits once this many accumulate (or the peer waits for them). */
@@ -227,6 +229,7 @@ export class ShmDevice implements Device, QpHost {
       }
     }
     if (now - this.lastPeerCheck >= 100) this.checkPeers(now);
+    if (this.lastPeerDeath !== 0) this.cq.skipDeadHole(now);
   }
 
   /** Moves QPs whose peer died to the error state and sweeps the dead peer's segments. */
@@ -238,6 +241,7 @@ export class ShmDevice implements Device, QpHost {
       qp.checkPeer();
       if ((qp.state as string) === 'error' && qp.peer && !qp.peer.alive()) dead.add(qp.peer.identity.pid);
     }
+    if (dead.size > 0) this.lastPeerDeath = now;
     for (const pid of dead) sweepDeadSegments(pid);
   }
 
