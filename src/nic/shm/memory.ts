@@ -5,15 +5,15 @@
  * completion, never a stray write. Descriptor layout: docs/wire-format.md.
  */
 import { WeftError } from '../../errors.js';
-import { decodeIdentity, encodeIdentity, IDENTITY_BYTES, type ProcessIdentity } from '../identity.js';
+import type { ProcessIdentity } from '../identity.js';
+import { BLOB_HEAD_BYTES, newBlob, PROVIDER_TAG, readBlob } from '../blob.js';
 import type { MemoryRegion, RemoteRegion } from '../types.js';
 import type { PeerControl } from './peer.js';
 import * as L from './layout.js';
 
 /** 'WMR1' little-endian. */
 export const MR_MAGIC = 0x31524d57;
-export const DESCRIPTOR_BYTES = 8 + IDENTITY_BYTES + 16;
-const PROVIDER_SHM = 1;
+export const DESCRIPTOR_BYTES = BLOB_HEAD_BYTES + 16;
 
 /** What a device lends its regions: the table they live in and their owner's identity. */
 export interface RegionOwner {
@@ -42,13 +42,8 @@ export class ShmMemoryRegion implements MemoryRegion {
 
   descriptor(): Uint8Array {
     if (this.deregistered) throw new WeftError('ECLOSED', 'descriptor(): the memory region was deregistered');
-    const out = new Uint8Array(DESCRIPTOR_BYTES);
-    const v = new DataView(out.buffer);
-    v.setUint32(0, MR_MAGIC, true);
-    v.setUint8(4, 1);
-    v.setUint8(5, PROVIDER_SHM);
-    encodeIdentity(v, 8, this.owner.identity);
-    const o = 8 + IDENTITY_BYTES;
+    const { out, view: v } = newBlob(DESCRIPTOR_BYTES, MR_MAGIC, PROVIDER_TAG.shm, this.owner.identity);
+    const o = BLOB_HEAD_BYTES;
     v.setInt32(o, this.owner.nonce, true);
     v.setUint32(o + 4, this.slot, true);
     v.setInt32(o + 8, this.key, true);
@@ -91,15 +86,9 @@ const EMPTY32 = new Int32Array(0);
  * as a bad rkey does on RDMA hardware. Malformed bytes throw EPROTO.
  */
 export function importShmRegion(peer: PeerControl, bytes: Uint8Array, where: string): ShmRemoteRegion {
-  if (!(bytes instanceof Uint8Array) || bytes.byteLength !== DESCRIPTOR_BYTES) {
-    throw new WeftError('EPROTO', `${where}: a shm region descriptor is ${DESCRIPTOR_BYTES} bytes, got ${bytes instanceof Uint8Array ? bytes.byteLength : typeof bytes}`);
-  }
-  const v = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  if (v.getUint32(0, true) !== MR_MAGIC || v.getUint8(4) !== 1 || v.getUint8(5) !== PROVIDER_SHM) {
-    throw new WeftError('EPROTO', `${where}: not a shm memory-region descriptor (bad magic, version or provider)`);
-  }
-  const id = decodeIdentity(v, 8);
-  const o = 8 + IDENTITY_BYTES;
+  const { view: v, identity: id } = readBlob(bytes, MR_MAGIC, PROVIDER_TAG.shm, 'memory-region descriptor', where);
+  if (bytes.byteLength !== DESCRIPTOR_BYTES) throw new WeftError('EPROTO', `${where}: a shm region descriptor is ${DESCRIPTOR_BYTES} bytes, got ${bytes.byteLength}`);
+  const o = BLOB_HEAD_BYTES;
   if (id.hostId !== peer.identity.hostId || id.pid !== peer.identity.pid || id.startTime !== peer.identity.startTime || v.getInt32(o, true) !== peer.nonce) {
     throw new WeftError('EINVAL', `${where}: the descriptor belongs to another process than ${peer.label}; import it on the QP connected to its owner`);
   }

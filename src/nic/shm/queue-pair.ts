@@ -6,7 +6,8 @@
  * otherwise they queue in order and run from poll()/wait() (receiver-not-ready back-pressure).
  */
 import { WeftError } from '../../errors.js';
-import { decodeIdentity, encodeIdentity, IDENTITY_BYTES, isSameHost, type ProcessIdentity } from '../identity.js';
+import { isSameHost, type ProcessIdentity } from '../identity.js';
+import { BLOB_HEAD_BYTES, newBlob, PROVIDER_TAG, readBlob } from '../blob.js';
 import { Opcode, Status, type MemoryRegion, type QueuePair, type RemoteRegion } from '../types.js';
 import { copyBytes } from './copy.js';
 import { importShmRegion, ShmMemoryRegion, ShmRemoteRegion } from './memory.js';
@@ -17,8 +18,7 @@ import * as L from './layout.js';
 
 /** 'WQP1' little-endian. */
 export const QP_MAGIC = 0x31505157;
-const PROVIDER_SHM = 1;
-const ADDR_FIXED = 8 + IDENTITY_BYTES + 8 + 1;
+const ADDR_FIXED = BLOB_HEAD_BYTES + 8 + 1;
 
 /** What a QP needs from its device. */
 export interface QpHost {
@@ -76,13 +76,8 @@ export class ShmQueuePair implements QueuePair {
 
   address(): Uint8Array {
     const prefix = Buffer.from(this.host.prefix, 'latin1');
-    const out = new Uint8Array(ADDR_FIXED + prefix.length);
-    const v = new DataView(out.buffer);
-    v.setUint32(0, QP_MAGIC, true);
-    v.setUint8(4, 1);
-    v.setUint8(5, PROVIDER_SHM);
-    encodeIdentity(v, 8, this.host.identity);
-    const o = 8 + IDENTITY_BYTES;
+    const { out, view: v } = newBlob(ADDR_FIXED + prefix.length, QP_MAGIC, PROVIDER_TAG.shm, this.host.identity);
+    const o = BLOB_HEAD_BYTES;
     v.setUint32(o, this.qpn, true);
     v.setInt32(o + 4, this.host.nonce, true);
     v.setUint8(o + 8, prefix.length);
@@ -93,12 +88,9 @@ export class ShmQueuePair implements QueuePair {
   connect(remoteAddress: Uint8Array): void {
     const where = `${this.host.label}: connect to ${this.peerLabel}`;
     if (this.state !== 'init') throw new WeftError('EINVAL', `${where}: the QP is ${this.state}; create a new QP to reconnect`);
-    if (!(remoteAddress instanceof Uint8Array) || remoteAddress.byteLength < ADDR_FIXED) throw new WeftError('EPROTO', `${where}: the address is not a shm QP address (too short)`);
-    const v = new DataView(remoteAddress.buffer, remoteAddress.byteOffset, remoteAddress.byteLength);
-    if (v.getUint32(0, true) !== QP_MAGIC || v.getUint8(4) !== 1) throw new WeftError('EPROTO', `${where}: the address is not a weft QP address (bad magic or version)`);
-    if (v.getUint8(5) !== PROVIDER_SHM) throw new WeftError('EINVAL', `${where}: the peer QP is not on the shm provider; both sides of a pair must use the same provider`);
-    const identity = decodeIdentity(v, 8);
-    const o = 8 + IDENTITY_BYTES;
+    const { view: v, identity } = readBlob(remoteAddress, QP_MAGIC, PROVIDER_TAG.shm, 'weft QP address', where);
+    if (remoteAddress.byteLength < ADDR_FIXED) throw new WeftError('EPROTO', `${where}: the address is not a shm QP address (too short)`);
+    const o = BLOB_HEAD_BYTES;
     const rqpn = v.getUint32(o, true);
     const nonce = v.getInt32(o + 4, true);
     const plen = v.getUint8(o + 8);
