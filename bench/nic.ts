@@ -109,7 +109,9 @@ async function main(): Promise<void> {
   const records = await runNicBench(opts);
   const file = saveResults('nic', records, { date: new Date().toISOString(), node: process.version, runs: opts.runs, quick: opts.quick });
   if (!opts.json) console.log(nicReport(records));
-  process.stderr.write(`results: ${file}\n`);
+  const { plotNic } = await import('./lib/plot.js');
+  const plots = await plotNic(records, file.replace(/\.json$/, ''));
+  process.stderr.write(`results: ${file}\nplots: ${plots.join(', ')}\n`);
 }
 
 if (process.argv[1] && fileURLToPath(import.meta.url) === path.resolve(process.argv[1])) {

@@ -40,7 +40,9 @@ bench
     const { saveResults } = await import('../../bench/lib/stats.js');
     const file = saveResults('nic', records, { date: new Date().toISOString(), node: process.version, runs: o.runs, quick: !!o.quick });
     if (!o.json) console.log(nic.nicReport(records));
-    process.stderr.write(`results: ${file}\n`);
+    const { plotNic } = await import('../../bench/lib/plot.js');
+    const plots = await plotNic(records, file.replace(/\.json$/, ''));
+    process.stderr.write(`results: ${file}\nplots: ${plots.join(', ')}\n`);
   });
 
 program.parseAsync().catch((err: Error) => {
