@@ -97,6 +97,22 @@ export function defaultProviders(): string[] {
   return native.ofi.available ? ['shm', 'ofi:shm', 'ofi:tcp'] : ['shm'];
 }
 
+/** Runs the benchmark, prints the table (or JSON lines), writes JSON and SVG plots. */
+export async function benchNic(opts: NicBenchOptions): Promise<BenchRecord[]> {
+  const records = await runNicBench(opts);
+  const file = saveResults('nic', records, { date: new Date().toISOString(), node: process.version, runs: opts.runs, quick: opts.quick });
+  if (!opts.json) console.log(nicReport(records));
+  process.stderr.write(`results: ${file}\n`);
+  try {
+    const { plotNic } = await import('./lib/plot.js');
+    const plots = await plotNic(records, file.replace(/\.json$/, ''));
+    process.stderr.write(`plots: ${plots.join(', ')}\n`);
+  } catch (err) {
+    process.stderr.write(`plots skipped (${(err as Error).message.split('\n')[0]}); they need the dev dependencies vega and vega-lite\n`);
+  }
+  return records;
+}
+
 async function main(): Promise<void> {
   const program = new Command('bench-nic')
     .option('--provider <list>', 'comma-separated providers (shm, ofi:tcp, ofi:shm, ...)')
@@ -105,13 +121,7 @@ async function main(): Promise<void> {
     .option('--quick', 'smaller runs (smoke test)')
     .parse();
   const o = program.opts<{ provider?: string; runs: string; json?: boolean; quick?: boolean }>();
-  const opts: NicBenchOptions = { providers: o.provider ? o.provider.split(',') : defaultProviders(), runs: Number(o.runs), json: !!o.json, quick: !!o.quick };
-  const records = await runNicBench(opts);
-  const file = saveResults('nic', records, { date: new Date().toISOString(), node: process.version, runs: opts.runs, quick: opts.quick });
-  if (!opts.json) console.log(nicReport(records));
-  const { plotNic } = await import('./lib/plot.js');
-  const plots = await plotNic(records, file.replace(/\.json$/, ''));
-  process.stderr.write(`results: ${file}\nplots: ${plots.join(', ')}\n`);
+  await benchNic({ providers: o.provider ? o.provider.split(',') : defaultProviders(), runs: Number(o.runs), json: !!o.json, quick: !!o.quick });
 }
 
 if (process.argv[1] && fileURLToPath(import.meta.url) === path.resolve(process.argv[1])) {

@@ -36,13 +36,7 @@ bench
   .option('--quick', 'smaller runs (smoke test)')
   .action(async (o: { provider?: string; runs: number; json?: boolean; quick?: boolean }) => {
     const nic = await import('../../bench/nic.js');
-    const records = await nic.runNicBench({ providers: o.provider ? o.provider.split(',') : nic.defaultProviders(), runs: o.runs, json: !!o.json, quick: !!o.quick });
-    const { saveResults } = await import('../../bench/lib/stats.js');
-    const file = saveResults('nic', records, { date: new Date().toISOString(), node: process.version, runs: o.runs, quick: !!o.quick });
-    if (!o.json) console.log(nic.nicReport(records));
-    const { plotNic } = await import('../../bench/lib/plot.js');
-    const plots = await plotNic(records, file.replace(/\.json$/, ''));
-    process.stderr.write(`results: ${file}\nplots: ${plots.join(', ')}\n`);
+    await nic.benchNic({ providers: o.provider ? o.provider.split(',') : nic.defaultProviders(), runs: o.runs, json: !!o.json, quick: !!o.quick });
   });
 
 program.parseAsync().catch((err: Error) => {
