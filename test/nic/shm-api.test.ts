@@ -126,8 +126,8 @@ test('close unlinks every segment; use after close is ECLOSED', async () => {
   b.close();
   assert.equal(listSegments().filter((s) => s.includes(`.${job}.`)), []);
   assert.throws(() => a.allocate(10), code('ECLOSED'));
-  // Posting on a closed QP reports through a completion, never touches memory.
-  qa.postWrite(ma, 0, rb, 0, 8, 3, true);
+  // Regions of a closed device are deregistered: posting with one is a caller bug.
+  assert.throws(() => qa.postWrite(ma, 0, rb, 0, 8, 3, true), code('EINVAL'));
 });
 
 test.run();

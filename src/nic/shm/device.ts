@@ -51,6 +51,7 @@ export class ShmDevice implements Device, QpHost {
   private readonly segments = new Map<number, Segment>();
   private readonly segBySab = new WeakMap<SharedArrayBuffer, number>();
   private readonly freeSlots: number[] = [];
+  private readonly regions = new Set<ShmMemoryRegion>();
   private nextSeg = 0;
   private readonly peers = new Map<string, PeerControl>();
   private readonly waitingQps = new Set<ShmQueuePair>();
@@ -131,11 +132,14 @@ export class ShmDevice implements Device, QpHost {
     this.ctl[e + 2] = offset;
     this.ctl[e + 3] = len;
     Atomics.store(this.ctl, e, key);
-    return new ShmMemoryRegion(this, slot, key, segId, seg.u8, seg.i32, offset, len);
+    const mr = new ShmMemoryRegion(this, slot, key, segId, seg.u8, seg.i32, offset, len);
+    this.regions.add(mr);
+    return mr;
   }
 
-  releaseSlot(slot: number): void {
+  releaseSlot(slot: number, mr: ShmMemoryRegion): void {
     this.freeSlots.push(slot);
+    this.regions.delete(mr);
   }
 
   createQueuePair(options: QueuePairOptions = {}): QueuePair {
@@ -248,6 +252,7 @@ export class ShmDevice implements Device, QpHost {
   close(): void {
     if (this.closed) return;
     for (const qp of this.qps) qp?.close();
+    for (const mr of [...this.regions]) mr.deregister();
     this.closed = true;
     this.release();
   }

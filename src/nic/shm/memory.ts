@@ -20,7 +20,7 @@ export interface RegionOwner {
   readonly ctl: Int32Array;
   readonly identity: ProcessIdentity;
   readonly nonce: number;
-  releaseSlot(slot: number): void;
+  releaseSlot(slot: number, mr: ShmMemoryRegion): void;
 }
 
 export class ShmMemoryRegion implements MemoryRegion {
@@ -56,7 +56,7 @@ export class ShmMemoryRegion implements MemoryRegion {
     this.deregistered = true;
     const e = L.MR_TABLE + this.slot * L.MR_WORDS;
     Atomics.store(this.owner.ctl, e, 0);
-    this.owner.releaseSlot(this.slot);
+    this.owner.releaseSlot(this.slot, this);
   }
 }
 
