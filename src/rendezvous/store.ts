@@ -1,0 +1,42 @@
+/**
+ * The Store API every rendezvous backend implements (as in Gloo and torch.distributed):
+ * a small key-value service the ranks of a job use to find each other. Values are bytes.
+ *
+ * @example
+ * const store = new PrefixStore('job-42', await openStore('redis://127.0.0.1:6379'));
+ * await store.set('rank/0', encoder.encode('hello'));
+ * const [v] = await store.wait(['rank/1'], { timeoutMs: 10_000 }).then(() => store.multiGet(['rank/1']));
+ */
+import type { WaitOptions } from '../util/deadline.js';
+
+export interface SetOptions {
+  /**
+   * Write-once: fail with EEXIST if the key already holds a value (the error names the key,
+   * and, when the values carry them, both writers).
+   */
+  once?: boolean;
+}
+
+export interface Store {
+  /** Stores `value` under `key`. */
+  set(key: string, value: Uint8Array, options?: SetOptions): Promise<void>;
+  /** The value of `key`, waiting for it to appear (bounded by the options' timeout). */
+  get(key: string, options?: WaitOptions): Promise<Uint8Array>;
+  /** Resolves when every key exists; the timeout error lists the missing keys. */
+  wait(keys: string[], options?: WaitOptions): Promise<void>;
+  /** Atomically adds `delta` to the integer counter at `key` (created at 0); returns the new value. */
+  add(key: string, delta: number): Promise<number>;
+  /** Values of existing keys, in order; waits for missing ones like `get`. One round trip where the backend allows. */
+  multiGet(keys: string[], options?: WaitOptions): Promise<Uint8Array[]>;
+  /** Sets several keys in one round trip where the backend allows. */
+  multiSet(entries: [string, Uint8Array][], options?: SetOptions): Promise<void>;
+  /** Removes a key; true if it existed. */
+  delete(key: string): Promise<boolean>;
+  /**
+   * Sets `key` to `desired` if its current value equals `expected` (an empty `expected` means
+   * "absent"); returns the value now stored.
+   */
+  compareSet(key: string, expected: Uint8Array, desired: Uint8Array): Promise<Uint8Array>;
+  /** Releases connections (and, for servers, stops serving). */
+  close(): Promise<void>;
+}
