@@ -1,11 +1,13 @@
 #!/usr/bin/env node
 // Runs every compiled test file (dist/test/**/*.test.js) in its own process, with a real
-// redis-server on a free loopback port for the tests that need one, then checks that no
+// redis-server on a free loopback port for the tests that need one (password-protected;
+// WEFT_TEST_REDIS_URL carries the password), then checks that no
 // shared-memory segment leaked. Ends with the line "N passed, N failed".
 // Usage: node scripts/run-tests.mjs [filter]    (WEFT_SOAK=1 for the long variants)
 import { spawn, spawnSync } from 'node:child_process';
 import { readdirSync, statSync, readdirSync as ls, mkdtempSync, rmSync } from 'node:fs';
 import { createServer, Socket } from 'node:net';
+import { randomBytes } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -39,7 +41,9 @@ async function startRedis() {
   if (spawnSync('sh', ['-c', 'command -v redis-server']).status !== 0) return undefined;
   const port = await freePort();
   const dir = mkdtempSync(path.join(tmpdir(), 'weft-redis-'));
-  const proc = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir], { stdio: 'ignore' });
+  // A password, as production servers have one: the tests then cover authentication too.
+  const password = randomBytes(12).toString('hex');
+  const proc = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir, '--requirepass', password], { stdio: 'ignore' });
   for (let i = 0; i < 100; i++) {
     const ok = await new Promise((resolve) => {
       const s = new Socket();
@@ -49,7 +53,7 @@ async function startRedis() {
     if (ok) break;
     await new Promise((r) => setTimeout(r, 50));
   }
-  return { url: `redis://127.0.0.1:${port}`, stop: () => (proc.kill('SIGTERM'), rmSync(dir, { recursive: true, force: true })) };
+  return { url: `redis://:${password}@127.0.0.1:${port}`, stop: () => (proc.kill('SIGTERM'), rmSync(dir, { recursive: true, force: true })) };
 }
 
 function shmSegments() {

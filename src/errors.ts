@@ -12,6 +12,7 @@ export type WeftErrorCode =
   | 'EREMOTEACCESS' // bad key or out-of-bounds remote access
   | 'EPROTO' // malformed bytes from a peer
   | 'ECLOSED' // the object was closed
+  | 'EEXIST' // a write-once key already holds a value
   | 'ETRANSPORT' // the fabric reported an error
   | 'ENOTSUP'; // not available on this build or provider
 

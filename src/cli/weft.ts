@@ -9,7 +9,7 @@ function positiveInt(v: string): number {
   return n;
 }
 
-const program = new Command('weft').description('collective communication and RDMA-style RPC for Node.js').showHelpAfterError();
+const program = new Command('weft').description('collective communication and RDMA-style RPC for Node.js').showHelpAfterError().enablePositionalOptions();
 
 program
   .command('info')
@@ -25,6 +25,23 @@ program
   .option('--laps <n>', 'token-ring laps', positiveInt, 2000)
   .option('--blocks <n>', '1 MiB writes per rank', positiveInt, 256)
   .action((o: { ranks: number; provider: string; laps: number; blocks: number }) => runDemo(o));
+
+program
+  .command('run')
+  .description('start N ranks of a script on this host (rank environment set, TcpStore hosted here unless --store)')
+  .requiredOption('-n, --ranks <n>', 'ranks on this host', positiveInt)
+  .option('--store <url>', 'store URL (redis://, rediss://, tcp://, file://); default: a TcpStore hosted by this launcher')
+  .option('--prefix <p>', 'job namespace in the store (default: a fresh id)')
+  .option('--nnodes <k>', 'hosts in the job (each runs weft run with its --node-rank)', positiveInt, 1)
+  .option('--node-rank <r>', "this host's index in [0, nnodes)", (v: string) => Number(v), 0)
+  .option('--provider <p>', 'WEFT_PROVIDER for the ranks')
+  .argument('<script>', 'a .js or .ts file')
+  .argument('[args...]', 'arguments for the script')
+  .passThroughOptions()
+  .action(async (script: string, args: string[], o: { ranks: number; store?: string; prefix?: string; nnodes: number; nodeRank: number; provider?: string }) => {
+    const { launch } = await import('../launch/run.js');
+    process.exitCode = await launch({ ranks: o.ranks, script, args, store: o.store, prefix: o.prefix, nnodes: o.nnodes, nodeRank: o.nodeRank, provider: o.provider });
+  });
 
 const bench = program.command('bench').description('benchmarks (each prints a table and writes JSON to bench/results/)');
 bench

@@ -8,12 +8,70 @@ import path from 'node:path';
 
 export type FutexResult = 'ok' | 'not-equal' | 'timed-out' | 'error';
 
+/** What the provider behind an OfiEndpoint offers (from fi_getinfo). */
+export interface OfiEndpointAttrs {
+  provider: string;
+  fabric: string;
+  domain: string;
+  mrMode: number;
+  mrVirtAddr: boolean;
+  mrProvKey: boolean;
+  mrLocal: boolean;
+  mrEndpoint: boolean;
+  mrKeySize: number;
+  cqDataSize: number;
+  /** FI_ORDER_* bits of tx_attr.msg_order. */
+  msgOrder: number;
+  txSize: number;
+  injectSize: number;
+  maxMsgSize: number;
+  /** Completions carry the source fi_addr (FI_SOURCE). */
+  source: boolean;
+  /** The CQ has a wait fd (waitAsync works). */
+  waitFd: boolean;
+  waitObject: 'fd' | 'none';
+}
+
+/**
+ * One libfabric RDM endpoint with its fabric, domain, address vector and completion queue.
+ * Commands (16 u32 each) and completions (8 u32 each) go through caller-owned Uint32Arrays
+ * bound once; layouts in src/nic/ofi/layout.ts.
+ */
+export interface OfiEndpoint {
+  /** fi_getname bytes. */
+  readonly address: Uint8Array;
+  readonly attrs: OfiEndpointAttrs;
+  avInsert(address: Uint8Array): number;
+  avRemove(fiAddr: number): void;
+  /** Registers memory in place (kept alive until deregMr); `key` is used when the provider does not pick keys. */
+  regMr(view: ArrayBuffer | ArrayBufferView, requestedKey?: bigint): { handle: number; key: bigint; base: bigint };
+  deregMr(handle: number): void;
+  bindCommands(words: Uint32Array): void;
+  bindCompletions(words: Uint32Array): void;
+  /** Posts the first n bound commands; returns how many were accepted (stops at EAGAIN or a failed post). */
+  submit(n: number): number;
+  /** Reads up to max completions into the bound array; returns the count. */
+  poll(max: number): number;
+  /** Text of error entry `aux` of the last poll. */
+  errorText(aux: number): string;
+  strerror(code: number): string;
+  /** Blocks until the CQ may have entries (true) or timeoutMs passes (false). */
+  waitSync(timeoutMs: number): boolean;
+  /** Same on the event loop (providers with a wait fd only). */
+  waitAsync(timeoutMs: number): Promise<boolean>;
+  close(): void;
+}
+
 /** The libfabric part of the addon; `available` is false when built without libfabric. */
 export interface OfiBinding {
   available: boolean;
   /** Why ofi is missing, when it is. */
   reason?: string;
-  [key: string]: unknown;
+  /** libfabric version, e.g. "1.17.0". */
+  version?: string;
+  /** Providers offering RDM endpoints with RMA on this machine. */
+  providers?(): string[];
+  Endpoint?: new (provider: string, node?: string | null, options?: { source?: boolean; cqSize?: number }) => OfiEndpoint;
 }
 
 export interface NativeBinding {

@@ -1,0 +1,134 @@
+/**
+ * `weft run`: starts N ranks of a script on this host with the rank environment set, hosts a
+ * TcpStore for them unless told to use another store, prefixes their output with the rank,
+ * forwards SIGINT/SIGTERM, and stops the whole job when one rank fails.
+ *
+ * Several hosts: run `weft run -n N --nnodes K --node-rank R --store redis://…` on each of the
+ * K hosts (R = 0..K-1); host R starts global ranks R*N .. R*N+N-1 of a world of K*N.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { createInterface } from 'node:readline';
+import path from 'node:path';
+import { WeftError } from '../errors.js';
+import { native } from '../native/binding.js';
+import { TcpStoreServer } from '../rendezvous/tcp-server.js';
+
+export interface LaunchOptions {
+  /** Ranks on this host. */
+  ranks: number;
+  script: string;
+  args: string[];
+  /** Store URL; default: a TcpStore hosted by the launcher on 127.0.0.1. */
+  store?: string;
+  /** Job namespace in the store (default: a fresh random id). */
+  prefix?: string;
+  nnodes?: number;
+  nodeRank?: number;
+  /** WEFT_PROVIDER for the ranks. */
+  provider?: string;
+  /** Colour the rank prefixes (default: when stdout is a TTY and NO_COLOR is unset). */
+  color?: boolean;
+  /** How long ranks get to exit after SIGTERM before SIGKILL (default 3000 ms). */
+  graceMs?: number;
+  /** Where output lines go (default process.stdout / process.stderr). */
+  out?: NodeJS.WritableStream;
+  err?: NodeJS.WritableStream;
+}
+
+const COLORS = [36, 33, 35, 32, 34, 31, 96, 93, 95, 92, 94, 91];
+
+/** Runs the job; resolves with the launcher's exit code (0 when every rank exited 0). */
+export async function launch(o: LaunchOptions): Promise<number> {
+  const nnodes = o.nnodes ?? 1;
+  const nodeRank = o.nodeRank ?? 0;
+  if (!Number.isInteger(o.ranks) || o.ranks < 1) throw new WeftError('EINVAL', `weft run: -n must be a positive integer, got ${o.ranks}`);
+  if (!Number.isInteger(nnodes) || nnodes < 1 || !Number.isInteger(nodeRank) || nodeRank < 0 || nodeRank >= nnodes) throw new WeftError('EINVAL', `weft run: --node-rank ${nodeRank} must be in [0, --nnodes ${nnodes})`);
+  if (nnodes > 1 && !o.store) throw new WeftError('EINVAL', 'weft run: a multi-host job (--nnodes > 1) needs --store redis://… (or tcp:// of a store every host reaches)');
+  const out = o.out ?? process.stdout;
+  const err = o.err ?? process.stderr;
+  const color = o.color ?? (Boolean((out as NodeJS.WriteStream).isTTY) && !process.env.NO_COLOR);
+  const server = o.store ? undefined : await TcpStoreServer.listen({ host: '127.0.0.1', port: 0, log: (m) => err.write(`weft run: store: ${m}\n`) });
+  const store = o.store ?? server!.url;
+  const prefix = o.prefix ?? `job-${Date.now().toString(36)}-${randomBytes(3).toString('hex')}`;
+  const world = nnodes * o.ranks;
+  const command = scriptCommand(o.script);
+
+  const children: ChildProcess[] = [];
+  const exits: ({ code: number | null; signal: NodeJS.Signals | null } | undefined)[] = new Array(o.ranks).fill(undefined);
+  let failure: string | undefined;
+  let stopping = false;
+  let killTimer: NodeJS.Timeout | undefined;
+
+  const stopAll = (signal: NodeJS.Signals) => {
+    if (stopping) return;
+    stopping = true;
+    for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill(signal);
+    killTimer = setTimeout(() => {
+      for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
+    }, o.graceMs ?? 3000);
+    killTimer.unref();
+  };
+  const onSignal = (sig: NodeJS.Signals) => {
+    failure ??= `interrupted by ${sig}`;
+    stopAll(sig);
+  };
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+
+  const done = new Promise<void>((resolve) => {
+    let remaining = o.ranks;
+    for (let local = 0; local < o.ranks; local++) {
+      const rank = nodeRank * o.ranks + local;
+      const env: NodeJS.ProcessEnv = {
+        ...process.env,
+        WEFT_RANK: String(rank),
+        WEFT_WORLD_SIZE: String(world),
+        WEFT_LOCAL_RANK: String(local),
+        WEFT_LOCAL_WORLD_SIZE: String(o.ranks),
+        WEFT_STORE: store,
+        WEFT_PREFIX: prefix,
+        WEFT_LAUNCHER_PID: String(process.pid),
+        WEFT_LAUNCHER_START: String(native.processStartTime(process.pid)),
+        ...(o.provider ? { WEFT_PROVIDER: o.provider } : {}),
+        ...(color ? { FORCE_COLOR: process.env.FORCE_COLOR ?? '1' } : {}),
+      };
+      const child = spawn(command[0], [...command.slice(1), ...o.args], { env, stdio: ['inherit', 'pipe', 'pipe'] });
+      children.push(child);
+      const tag = color ? `\x1b[${COLORS[rank % COLORS.length]}m[rank ${rank}]\x1b[0m ` : `[rank ${rank}] `;
+      createInterface({ input: child.stdout! }).on('line', (l) => out.write(tag + l + '\n'));
+      createInterface({ input: child.stderr! }).on('line', (l) => err.write(tag + l + '\n'));
+      child.on('error', (e) => {
+        failure ??= `rank ${rank} could not start: ${e.message}`;
+        stopAll('SIGTERM');
+      });
+      child.on('exit', (code, signal) => {
+        exits[local] = { code, signal };
+        if ((code !== 0 || signal) && !stopping) {
+          failure ??= `rank ${rank} ${signal ? `was killed by ${signal}` : `exited with status ${code}`}`;
+          stopAll('SIGTERM');
+        }
+        if (--remaining === 0) resolve();
+      });
+    }
+  });
+  await done;
+  if (killTimer) clearTimeout(killTimer);
+  process.off('SIGINT', onSignal);
+  process.off('SIGTERM', onSignal);
+  await server?.close();
+  if (failure) {
+    const clean = exits.filter((e) => e && e.code === 0 && !e.signal).length;
+    err.write(`weft run: ${failure}; stopped the job (${clean} of ${o.ranks} local ranks had finished cleanly)\n`);
+    const first = exits.find((e) => e && e.code !== 0 && e.code !== null);
+    return first?.code ?? 1;
+  }
+  return 0;
+}
+
+/** node for .js/.mjs/.cjs; node with the tsx loader for .ts/.mts. */
+function scriptCommand(script: string): string[] {
+  const ext = path.extname(script);
+  if (ext === '.ts' || ext === '.mts' || ext === '.cts') return [process.execPath, '--import', import.meta.resolve('tsx'), script];
+  return [process.execPath, script];
+}

@@ -1,0 +1,74 @@
+/**
+ * Where a rank learns who it is: explicit options, weft's own variables, or the names other
+ * launchers set, so `weft run`, `mpirun -np 4 node app.js` and torchrun-style launchers all work.
+ *
+ * | source        | rank                    | world size              | store                                  |
+ * |---------------|-------------------------|-------------------------|----------------------------------------|
+ * | weft          | WEFT_RANK               | WEFT_WORLD_SIZE         | WEFT_STORE (+ WEFT_PREFIX)             |
+ * | torchrun      | RANK                    | WORLD_SIZE              | tcp://MASTER_ADDR:MASTER_PORT (rank 0 hosts it) |
+ * | Open MPI      | OMPI_COMM_WORLD_RANK    | OMPI_COMM_WORLD_SIZE    | WEFT_STORE, else a FileStore in /tmp keyed by the job |
+ * | MPICH / PMI   | PMI_RANK                | PMI_SIZE                | as Open MPI                            |
+ */
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { WeftError } from '../errors.js';
+
+export type EnvStyle = 'options' | 'weft' | 'torchrun' | 'ompi' | 'pmi';
+
+export interface RankInfo {
+  rank: number;
+  size: number;
+  /** Store URL; rank 0 hosts it when `serve` is set (torchrun's MASTER_ADDR/PORT). */
+  store: string;
+  serve: boolean;
+  /** Job namespace inside the store. */
+  prefix: string;
+  style: EnvStyle;
+}
+
+function int(name: string, v: string | undefined): number {
+  const n = Number(v);
+  if (v === undefined || v === '' || !Number.isInteger(n) || n < 0) throw new WeftError('EINVAL', `${name}=${JSON.stringify(v)} is not a non-negative integer`);
+  return n;
+}
+
+/** Reads rank, world size, store and prefix from `env` (default process.env). */
+export function rankFromEnv(env: NodeJS.ProcessEnv = process.env): RankInfo {
+  let rank: number;
+  let size: number;
+  let style: EnvStyle;
+  let store = env.WEFT_STORE;
+  let serve = false;
+  if (env.WEFT_RANK !== undefined || env.WEFT_WORLD_SIZE !== undefined) {
+    rank = int('WEFT_RANK', env.WEFT_RANK);
+    size = int('WEFT_WORLD_SIZE', env.WEFT_WORLD_SIZE);
+    style = 'weft';
+  } else if (env.RANK !== undefined && env.WORLD_SIZE !== undefined) {
+    rank = int('RANK', env.RANK);
+    size = int('WORLD_SIZE', env.WORLD_SIZE);
+    style = 'torchrun';
+    if (!store) {
+      if (!env.MASTER_ADDR || !env.MASTER_PORT) throw new WeftError('EINVAL', 'RANK/WORLD_SIZE are set but MASTER_ADDR/MASTER_PORT are not (and WEFT_STORE is not set): set them as torchrun does, or set WEFT_STORE');
+      store = `tcp://${env.MASTER_ADDR.includes(':') ? `[${env.MASTER_ADDR}]` : env.MASTER_ADDR}:${int('MASTER_PORT', env.MASTER_PORT)}`;
+      serve = rank === 0;
+    }
+  } else if (env.OMPI_COMM_WORLD_RANK !== undefined) {
+    rank = int('OMPI_COMM_WORLD_RANK', env.OMPI_COMM_WORLD_RANK);
+    size = int('OMPI_COMM_WORLD_SIZE', env.OMPI_COMM_WORLD_SIZE);
+    style = 'ompi';
+  } else if (env.PMI_RANK !== undefined) {
+    rank = int('PMI_RANK', env.PMI_RANK);
+    size = int('PMI_SIZE', env.PMI_SIZE);
+    style = 'pmi';
+  } else {
+    throw new WeftError('EINVAL', 'this process does not know its rank: run it under `weft run -n N`, mpirun or torchrun, or set WEFT_RANK, WEFT_WORLD_SIZE and WEFT_STORE');
+  }
+  if (size < 1 || rank >= size) throw new WeftError('EINVAL', `rank ${rank} is outside the world size ${size}`);
+  // MPI launchers give no store: ranks on one host meet in a directory named by the job.
+  const jobId = env.WEFT_PREFIX ?? env.OMPI_MCA_ess_base_jobid ?? env.PMI_JOBID ?? env.TORCHELASTIC_RUN_ID ?? env.MASTER_PORT ?? 'weft';
+  if (!store) {
+    if (style === 'weft') throw new WeftError('EINVAL', 'WEFT_RANK is set but WEFT_STORE is not: set it to tcp://host:port, redis://host:port or file:///dir');
+    store = `file://${path.join(tmpdir(), `weft-store-${jobId.replace(/[^A-Za-z0-9_-]/g, '_')}`)}`;
+  }
+  return { rank, size, store, serve, prefix: env.WEFT_PREFIX ?? jobId, style };
+}

@@ -1,0 +1,88 @@
+/**
+ * openStore: one URL picks the rendezvous backend, so launchers and ranks configure it with
+ * a single string (WEFT_STORE).
+ *
+ * | URL                                      | Store                                               |
+ * |------------------------------------------|-----------------------------------------------------|
+ * | `tcp://host:port`                        | TcpStore: client of a TcpStoreServer (the default)  |
+ * | `redis://[user:pass@]host[:port][/db]`   | RedisStore (`rediss://` for TLS)                    |
+ * | `file:///shared/dir`                     | FileStore on a directory every rank sees            |
+ *
+ * Any of them takes `?prefix=<job id>` to wrap the store in a PrefixStore.
+ *
+ * Who hosts the TcpStoreServer: the launcher when there is one (it starts the server and
+ * passes `tcp://<its host>:<port>` to every rank), otherwise rank 0, with
+ * `openStore(url, { serve: true })`: rank 0 listens on the URL's port and connects to itself;
+ * the other ranks just connect (retrying until rank 0 listens, within the timeout).
+ */
+import { fileURLToPath } from 'node:url';
+import { WeftError } from '../errors.js';
+import type { WaitOptions } from '../util/deadline.js';
+import { FileStore, type FileStoreOptions } from './file-store.js';
+import { PrefixStore } from './prefix-store.js';
+import { RedisStore, redactUrl, type RedisStoreOptions } from './redis-store.js';
+import type { Store } from './store.js';
+import { TcpStoreServer } from './tcp-server.js';
+import { parseTcpUrl, TcpStore, type TcpStoreOptions } from './tcp-store.js';
+
+export interface OpenStoreOptions extends WaitOptions {
+  /** tcp:// only: host the TcpStoreServer in this process (rank 0) on the URL's host and port. */
+  serve?: boolean;
+  /** tcp:// with `serve`: the interface to listen on (default: the URL's host; '0.0.0.0' for all). */
+  listenHost?: string;
+  redis?: Omit<RedisStoreOptions, keyof WaitOptions>;
+  tcp?: Omit<TcpStoreOptions, keyof WaitOptions>;
+  file?: FileStoreOptions;
+}
+
+/**
+ * Opens the store a URL names (default: the WEFT_STORE environment variable), waiting
+ * for it within `timeoutMs`.
+ *
+ * @example
+ * // rank 0                                            // every other rank
+ * const s = await openStore('tcp://node0:29500', { serve: rank === 0 });
+ * const job = await openStore('redis://:secret@redis:6379/0?prefix=job-42');
+ */
+export async function openStore(url: string | undefined = process.env.WEFT_STORE, options: OpenStoreOptions = {}): Promise<Store> {
+  if (!url) throw new WeftError('EINVAL', 'openStore: no store URL given and WEFT_STORE is not set; pass tcp://host:port, redis://host:port or file:///dir');
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    throw new WeftError('EINVAL', `openStore: '${redactUrl(url)}' is not a URL; expected tcp://host:port, redis://host:port/db or file:///dir`);
+  }
+  // Our own parameter; the rest of the query goes to the backend (ioredis reads some).
+  const prefix = parsed.searchParams.get('prefix');
+  parsed.searchParams.delete('prefix');
+  const bare = parsed.toString();
+  const wait: WaitOptions = { timeoutMs: options.timeoutMs, signal: options.signal };
+  let store: Store;
+  switch (parsed.protocol) {
+    case 'redis:':
+    case 'rediss:':
+      store = await RedisStore.connect(bare, { ...options.redis, ...wait });
+      break;
+    case 'tcp:':
+      store = await openTcp(bare, options, wait);
+      break;
+    case 'file:':
+      store = new FileStore(fileURLToPath(bare), options.file);
+      break;
+    default:
+      throw new WeftError('EINVAL', `openStore: unsupported scheme '${parsed.protocol}' in ${redactUrl(url)}; use tcp://, redis://, rediss:// or file://`);
+  }
+  return prefix ? new PrefixStore(prefix, store) : store;
+}
+
+async function openTcp(url: string, options: OpenStoreOptions, wait: WaitOptions): Promise<Store> {
+  if (!options.serve) return TcpStore.connect(url, { ...options.tcp, ...wait });
+  const { host, port } = parseTcpUrl(url, true);
+  const server = await TcpStoreServer.listen({ host: options.listenHost ?? host, port });
+  try {
+    return await TcpStore.connect(server.url, { ...options.tcp, ...wait, server });
+  } catch (err) {
+    await server.close();
+    throw err;
+  }
+}

@@ -1,0 +1,229 @@
+/**
+ * Pieces every store backend shares: argument checks, the statistics counters, the
+ * write-once conflict error, and the wait loop (check, watch for changes, re-check, with a
+ * bounded backoff poll as the safety net) whose timeout error lists the keys still missing.
+ */
+import { WeftError } from '../errors.js';
+import { Deadline, type WaitOptions } from '../util/deadline.js';
+
+/** Requests a store issued; benchmarks read these to show O(1) round trips per rank. */
+export interface StoreStats {
+  /** Backend commands issued (Redis commands, TcpStore frames, FileStore file-system calls). */
+  commands: number;
+  /** Times the caller waited for the backend to answer (a pipeline or batch counts once). */
+  roundTrips: number;
+}
+
+/** Options of `close()` on every store. */
+export interface CloseOptions {
+  /** Also delete this job's keys first (see `purge`). On a PrefixStore: every key under its prefix. */
+  purge?: boolean;
+}
+
+export function newStats(): StoreStats {
+  return { commands: 0, roundTrips: 0 };
+}
+
+export function checkKey(where: string, key: unknown): asserts key is string {
+  if (typeof key !== 'string' || key.length === 0) throw new WeftError('EINVAL', `${where}: a key must be a non-empty string, got ${typeof key === 'string' ? 'an empty string' : typeof key}`);
+}
+
+export function checkKeys(where: string, keys: unknown): asserts keys is string[] {
+  if (!Array.isArray(keys)) throw new WeftError('EINVAL', `${where}: keys must be an array of strings`);
+  for (const k of keys) checkKey(where, k);
+}
+
+export function checkValue(where: string, key: string, value: unknown): asserts value is Uint8Array {
+  if (!(value instanceof Uint8Array)) throw new WeftError('EINVAL', `${where}('${key}'): the value must be a Uint8Array (encode strings with TextEncoder), got ${value === null ? 'null' : typeof value}`);
+}
+
+export function checkDelta(where: string, key: string, delta: unknown): asserts delta is number {
+  if (typeof delta !== 'number' || !Number.isSafeInteger(delta)) throw new WeftError('EINVAL', `${where}('${key}'): delta must be a safe integer, got ${String(delta)}`);
+}
+
+export function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
+  if (a.byteLength !== b.byteLength) return false;
+  for (let i = 0; i < a.byteLength; i++) if (a[i] !== b[i]) return false;
+  return true;
+}
+
+/** Counter values are stored as ASCII decimal, as in torch, so `get` of a counter is readable. */
+export function encodeCounter(n: number | bigint): Uint8Array {
+  return new TextEncoder().encode(String(n));
+}
+
+/** A short, printable rendering of a value for error messages. */
+export function preview(v: Uint8Array): string {
+  const text = new TextDecoder('utf-8', { fatal: false }).decode(v.subarray(0, 48));
+  // eslint-disable-next-line no-control-regex
+  if (!/[\u0000-\u0008\u000e-\u001f\ufffd]/.test(text)) return `"${text}${v.byteLength > 48 ? '…' : ''}" (${v.byteLength} bytes)`;
+  const hex = Buffer.from(v.subarray(0, 16)).toString('hex');
+  return `0x${hex}${v.byteLength > 16 ? '…' : ''} (${v.byteLength} bytes)`;
+}
+
+/**
+ * EEXIST for a write-once key: names the key and, when both are known and differ, both
+ * values, and says what usually causes it.
+ */
+export function existsError(where: string, key: string, existing?: Uint8Array, attempted?: Uint8Array): WeftError {
+  let values = '';
+  if (existing && attempted) {
+    values = sameBytes(existing, attempted)
+      ? ` (with the same value ${preview(existing)})`
+      : `: it holds ${preview(existing)}, this write was ${preview(attempted)}`;
+  }
+  return new WeftError('EEXIST', `${where}: write-once key '${key}' was already set${values}. Two ranks with the same rank number, or a stale job that used the same prefix? Start the job with a fresh prefix (or purge the old one's keys).`);
+}
+
+/** Lists keys for messages without flooding them. */
+export function listKeys(keys: string[], max = 10): string {
+  const shown = keys.slice(0, max).map((k) => `'${k}'`).join(', ');
+  return keys.length > max ? `${shown} and ${keys.length - max} more` : shown;
+}
+
+/** The ETIMEDOUT or EABORTED error of a wait, listing what is still missing. */
+export function waitError(what: string, deadline: Deadline, missing: string[], total: number): WeftError {
+  const keys = `${missing.length} of ${total} key${total === 1 ? '' : 's'} still missing: ${listKeys(missing)}`;
+  if (deadline.signal?.aborted) return new WeftError('EABORTED', `${what}: aborted by the caller's AbortSignal; ${keys}`, { cause: deadline.signal.reason });
+  return new WeftError('ETIMEDOUT', `${what}: timed out after ${Math.round(deadline.timeoutMs)} ms; ${keys}. Are the ranks that set them running, with the same store URL and prefix? Raise timeoutMs (or WEFT_TIMEOUT_MS) if they are just slow.`);
+}
+
+/** Throws when the deadline passed or the signal fired, naming the keys still missing. */
+export function checkWait(what: string, deadline: Deadline, missing: string[], total: number): void {
+  if (deadline.signal?.aborted || deadline.remaining() <= 0) throw waitError(what, deadline, missing, total);
+}
+
+/** How a backend tells the wait loop that keys may have appeared. */
+export interface WatchEvents {
+  /** `key` now exists (its value, if needed, was recorded by the backend). */
+  found(key: string): void;
+  /** Something changed (or a notification may have been lost): re-check the missing keys. */
+  changed(): void;
+}
+
+export interface WaitSpec {
+  /** Describes the call for error messages, e.g. "RedisStore(redis://h:6379/0).wait". */
+  what: string;
+  keys: string[];
+  options?: WaitOptions;
+  /** Looks the keys up (recording values if the caller needs them); returns those still missing. */
+  check(missing: string[], deadline: Deadline): Promise<string[]>;
+  /** Starts watching the keys; returns the function that stops it. */
+  watch(missing: string[], events: WatchEvents, deadline: Deadline): Promise<() => void>;
+  /** Safety-net poll: first delay and cap of its exponential backoff, in ms. */
+  pollFirstMs: number;
+  pollMaxMs: number;
+}
+
+/**
+ * Waits until every key exists. One check first (the fast path: one round trip when all are
+ * there), then watch and re-check (closing the race between the two), then sleep until a
+ * notification or the backoff timer; the timer only covers lost notifications.
+ */
+export async function waitForKeys(spec: WaitSpec): Promise<void> {
+  const deadline = new Deadline(spec.options?.timeoutMs, spec.options?.signal);
+  const missing = new Set(spec.keys);
+  try {
+    await waitLoop(spec, deadline, missing);
+  } catch (err) {
+    // A backend call cut short by the deadline: still say which keys were missing, plus what
+    // the backend saw (e.g. "could not reach Redis").
+    const c = (err as WeftError).code;
+    if ((c === 'ETIMEDOUT' || c === 'EABORTED') && (deadline.signal?.aborted || deadline.remaining() <= 0) && !/still missing/.test((err as Error).message)) {
+      const e = waitError(spec.what, deadline, [...missing], spec.keys.length);
+      throw new WeftError(e.code, `${e.message} (${(err as Error).message})`, { cause: err });
+    }
+    throw err;
+  }
+}
+
+async function waitLoop(spec: WaitSpec, deadline: Deadline, missing: Set<string>): Promise<void> {
+  const total = spec.keys.length;
+  if (deadline.signal?.aborted) throw waitError(spec.what, deadline, [...missing], total);
+  const first = new Set(await spec.check([...missing], deadline));
+  for (const k of [...missing]) if (!first.has(k)) missing.delete(k);
+  if (missing.size === 0) return;
+  checkWait(spec.what, deadline, [...missing], total);
+
+  let wake: (() => void) | undefined;
+  let dirty = false;
+  const events: WatchEvents = {
+    found(key) {
+      if (missing.delete(key)) wake?.();
+    },
+    changed() {
+      dirty = true;
+      wake?.();
+    },
+  };
+  const stop = await spec.watch([...missing], events, deadline);
+  try {
+    const recheck = async () => {
+      const still = new Set(await spec.check([...missing], deadline));
+      for (const k of [...missing]) if (!still.has(k)) missing.delete(k);
+    };
+    dirty = true; // the watch may have started after a set: look once more
+    let delay = spec.pollFirstMs;
+    for (;;) {
+      if (dirty && deadline.remaining() > 0 && !deadline.signal?.aborted) {
+        dirty = false;
+        await recheck();
+      }
+      if (missing.size === 0) return;
+      checkWait(spec.what, deadline, [...missing], total);
+      const reason = await nap(Math.min(delay, deadline.remaining()), deadline.signal, (w) => (wake = w));
+      wake = undefined;
+      if (reason === 'timer') {
+        dirty = true;
+        delay = Math.min(delay * 2, spec.pollMaxMs);
+      }
+    }
+  } finally {
+    stop();
+  }
+}
+
+/** Sleeps `ms`, or until woken or aborted; says which. */
+export function nap(ms: number, signal: AbortSignal | undefined, register: (wake: () => void) => void): Promise<'timer' | 'wake' | 'abort'> {
+  return new Promise((resolve) => {
+    const done = (why: 'timer' | 'wake' | 'abort') => {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', onAbort);
+      resolve(why);
+    };
+    const onAbort = () => done('abort');
+    if (signal?.aborted) return resolve('abort');
+    const timer = setTimeout(() => done('timer'), Math.max(0, ms));
+    signal?.addEventListener('abort', onAbort, { once: true });
+    register(() => done('wake'));
+  });
+}
+
+/** Sleeps `ms` or until the signal aborts. */
+export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return nap(ms, signal, () => {}).then(() => undefined);
+}
+
+/**
+ * Races `work` against the deadline: the returned promise rejects with `onTimeout()` when
+ * the deadline passes or the signal fires first. The work itself is not cancelled.
+ */
+export function withDeadline<T>(work: Promise<T>, deadline: Deadline, onTimeout: () => WeftError): Promise<T> {
+  if (deadline.signal?.aborted || deadline.remaining() <= 0) {
+    work.catch(() => {});
+    return Promise.reject(onTimeout());
+  }
+  return new Promise<T>((resolve, reject) => {
+    const finish = () => {
+      clearTimeout(timer);
+      deadline.signal?.removeEventListener('abort', onAbort);
+    };
+    const onAbort = () => (finish(), reject(onTimeout()));
+    const timer = setTimeout(onAbort, deadline.remaining());
+    deadline.signal?.addEventListener('abort', onAbort, { once: true });
+    work.then(
+      (v) => (finish(), resolve(v)),
+      (e) => (finish(), reject(e)),
+    );
+  });
+}

@@ -1,0 +1,270 @@
+/**
+ * TcpStoreServer: the embedded store server behind TcpStore, the zero-setup default. Rank 0
+ * (or the launcher) hosts it; every rank, rank 0 included, talks to it with TcpStore.
+ */
+import { createServer, type AddressInfo, type Server, type Socket } from 'node:net';
+import { WeftError } from '../errors.js';
+import { encodeCounter, newStats, sameBytes, type StoreStats } from './support.js';
+import { DEFAULT_MAX_FRAME, FLAG_ONCE, FrameReader, FrameSplitter, FrameWriter, MAGIC, Op, ProtocolError, Status, VERSION } from './tcp-protocol.js';
+
+export interface TcpStoreServerOptions {
+  /** Interface to listen on (default 127.0.0.1; use 0.0.0.0 or the host's address for multi-host jobs). */
+  host?: string;
+  /** Port (default 0: any free port; read it from `address`). */
+  port?: number;
+  /** Largest accepted frame in bytes (default 64 MiB). */
+  maxFrameBytes?: number;
+  /** Where connection errors are reported (default console.error). */
+  log?: (message: string) => void;
+}
+
+/** A held GET/WAIT/MGET: answered when its last missing key appears or its timer fires. */
+interface Waiter {
+  conn: Conn;
+  id: number;
+  op: number;
+  keys: string[];
+  missing: Set<string>;
+  timer: NodeJS.Timeout;
+}
+
+interface Conn {
+  socket: Socket;
+  label: string;
+  waiters: Map<number, Waiter>;
+  greeted: boolean;
+}
+
+/**
+ * Serves the TcpStore protocol (see tcp-protocol.ts) from memory. Waits are held on the
+ * server and answered when the keys exist, so clients never poll. A client sending
+ * malformed bytes loses its connection (logged); the server keeps serving the others.
+ *
+ * @example
+ * // rank 0 (or the launcher):
+ * const server = await TcpStoreServer.listen({ host: '0.0.0.0', port: 29500 });
+ * // every rank: WEFT_STORE=tcp://<rank-0 host>:29500
+ * const store = await TcpStore.connect(server.url);
+ */
+export class TcpStoreServer {
+  /** Requests served. */
+  readonly stats: StoreStats = newStats();
+  private readonly data = new Map<string, Uint8Array>();
+  private readonly waiting = new Map<string, Set<Waiter>>();
+  private readonly conns = new Set<Conn>();
+  private readonly log: (message: string) => void;
+  private closed = false;
+
+  private constructor(
+    private readonly server: Server,
+    private readonly maxFrame: number,
+    log: ((message: string) => void) | undefined,
+  ) {
+    this.log = log ?? ((m) => console.error(m));
+    server.on('connection', (s) => this.accept(s));
+  }
+
+  /** Starts listening; resolves once bound. */
+  static listen(options: TcpStoreServerOptions = {}): Promise<TcpStoreServer> {
+    const host = options.host ?? '127.0.0.1';
+    const port = options.port ?? 0;
+    const server = createServer({ noDelay: true });
+    const store = new TcpStoreServer(server, options.maxFrameBytes ?? DEFAULT_MAX_FRAME, options.log);
+    return new Promise((resolve, reject) => {
+      server.once('error', (e) => reject(new WeftError('EINVAL', `TcpStoreServer: cannot listen on ${host}:${port} (${e.message}); pick another port or 0 for any`, { cause: e })));
+      server.listen(port, host, () => (store.bound(), resolve(store)));
+    });
+  }
+
+  /** The bound address. */
+  address = { host: '', port: 0 };
+  /** `tcp://host:port` for TcpStore.connect / openStore (a wildcard host is reported as loopback). */
+  url = '';
+
+  private bound(): void {
+    const a = this.server.address() as AddressInfo;
+    this.address = { host: a.address, port: a.port };
+    const h = a.address === '0.0.0.0' ? '127.0.0.1' : a.address === '::' ? '::1' : a.address;
+    this.url = `tcp://${h.includes(':') ? `[${h}]` : h}:${a.port}`;
+  }
+
+  /** Stops listening and drops every connection (pending waits end with the connection). */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    for (const c of this.conns) c.socket.destroy();
+    await new Promise<void>((r) => this.server.close(() => r()));
+  }
+
+  private accept(socket: Socket): void {
+    const conn: Conn = { socket, label: `${socket.remoteAddress}:${socket.remotePort}`, waiters: new Map(), greeted: false };
+    this.conns.add(conn);
+    const splitter = new FrameSplitter(this.maxFrame);
+    socket.on('data', (chunk: Buffer) => {
+      try {
+        for (const frame of splitter.push(chunk)) this.handle(conn, new FrameReader(frame));
+      } catch (err) {
+        const why = err instanceof ProtocolError ? `malformed frame: ${err.message}` : `internal error: ${(err as Error).stack ?? err}`;
+        this.log(`weft TcpStoreServer ${this.url}: closing the connection from ${conn.label}: ${why}`);
+        socket.destroy();
+      }
+    });
+    socket.on('error', () => {}); // a reset by the peer: 'close' follows
+    socket.on('close', () => {
+      this.conns.delete(conn);
+      for (const w of conn.waiters.values()) this.dropWaiter(w);
+    });
+  }
+
+  private handle(conn: Conn, r: FrameReader): void {
+    const { code, id } = r;
+    this.stats.commands++;
+    this.stats.roundTrips++;
+    if (!conn.greeted) {
+      if (code !== Op.HELLO) throw new ProtocolError(`the first frame must be HELLO, got opcode ${code}`);
+      const magic = r.u32();
+      const version = r.u16();
+      r.end();
+      if (magic !== MAGIC || version !== VERSION) throw new ProtocolError(`bad HELLO (magic 0x${magic.toString(16)}, version ${version}): not a weft ${VERSION} client`);
+      conn.greeted = true;
+      return this.reply(conn, new FrameWriter(Status.OK, id));
+    }
+    switch (code) {
+      case Op.SET: {
+        const flags = r.u8();
+        const key = r.str();
+        const value = r.bytes();
+        r.end();
+        return this.writeMany(conn, id, flags, [[key, value]]);
+      }
+      case Op.MSET: {
+        const flags = r.u8();
+        const n = r.count(6);
+        const entries: [string, Uint8Array][] = [];
+        for (let i = 0; i < n; i++) entries.push([r.str(), r.bytes()]);
+        r.end();
+        return this.writeMany(conn, id, flags, entries);
+      }
+      case Op.GET:
+      case Op.WAIT:
+      case Op.MGET: {
+        const timeoutMs = r.u32();
+        const keys: string[] = [];
+        if (code === Op.GET) keys.push(r.str());
+        else for (let i = 0, n = r.count(2); i < n; i++) keys.push(r.str());
+        r.end();
+        return this.hold(conn, id, code, keys, timeoutMs);
+      }
+      case Op.ADD: {
+        const key = r.str();
+        const delta = r.i64();
+        r.end();
+        const cur = this.data.get(key);
+        const text = cur ? Buffer.from(cur).toString() : '0';
+        if (!/^-?\d+$/.test(text)) return this.reply(conn, new FrameWriter(Status.ERROR, id).str(`add('${key}'): the key holds a value that is not a counter`));
+        const next = BigInt(text) + delta;
+        this.put(key, encodeCounter(next));
+        return this.reply(conn, new FrameWriter(Status.OK, id).i64(BigInt.asIntN(64, next)));
+      }
+      case Op.DELETE: {
+        const key = r.str();
+        r.end();
+        return this.reply(conn, new FrameWriter(Status.OK, id).u8(this.data.delete(key) ? 1 : 0));
+      }
+      case Op.CAS: {
+        const key = r.str();
+        const expected = r.bytes();
+        const desired = r.bytes();
+        r.end();
+        const cur = this.data.get(key);
+        const matches = cur === undefined ? expected.byteLength === 0 : sameBytes(cur, expected);
+        if (matches) this.put(key, desired);
+        return this.reply(conn, new FrameWriter(Status.OK, id).bytes(matches ? desired : (cur ?? new Uint8Array(0))));
+      }
+      case Op.PURGE: {
+        const prefix = r.str();
+        r.end();
+        let n = 0;
+        for (const k of [...this.data.keys()]) if (!prefix || k === prefix || k.startsWith(`${prefix}/`)) this.data.delete(k), n++;
+        return this.reply(conn, new FrameWriter(Status.OK, id).u32(n));
+      }
+      case Op.CANCEL: {
+        const target = r.u32();
+        r.end();
+        const w = conn.waiters.get(target);
+        if (w) this.dropWaiter(w);
+        return;
+      }
+      default:
+        throw new ProtocolError(`unknown opcode 0x${code.toString(16)}`);
+    }
+  }
+
+  /** Write-once is all or none: a conflict on any key writes nothing. */
+  private writeMany(conn: Conn, id: number, flags: number, entries: [string, Uint8Array][]): void {
+    if (flags & FLAG_ONCE) {
+      const i = entries.findIndex(([k]) => this.data.has(k));
+      if (i >= 0) return this.reply(conn, new FrameWriter(Status.EXISTS, id).u32(i).bytes(this.data.get(entries[i][0]) as Uint8Array));
+    }
+    for (const [k, v] of entries) this.put(k, v);
+    this.reply(conn, new FrameWriter(Status.OK, id));
+  }
+
+  private put(key: string, value: Uint8Array): void {
+    this.data.set(key, value);
+    const ws = this.waiting.get(key);
+    if (!ws) return;
+    this.waiting.delete(key);
+    for (const w of ws) {
+      w.missing.delete(key);
+      if (w.missing.size === 0) this.answer(w);
+    }
+  }
+
+  private hold(conn: Conn, id: number, op: number, keys: string[], timeoutMs: number): void {
+    const missing = new Set(keys.filter((k) => !this.data.has(k)));
+    const w: Waiter = { conn, id, op, keys, missing, timer: undefined as unknown as NodeJS.Timeout };
+    if (missing.size === 0) return this.answer(w);
+    if (timeoutMs === 0) return this.timeout(w);
+    w.timer = setTimeout(() => this.timeout(w), timeoutMs);
+    conn.waiters.set(id, w);
+    for (const k of missing) {
+      let set = this.waiting.get(k);
+      if (!set) this.waiting.set(k, (set = new Set()));
+      set.add(w);
+    }
+  }
+
+  private answer(w: Waiter): void {
+    this.dropWaiter(w);
+    const f = new FrameWriter(Status.OK, w.id);
+    if (w.op === Op.GET) f.bytes(this.data.get(w.keys[0]) as Uint8Array);
+    else if (w.op === Op.MGET) {
+      f.u32(w.keys.length);
+      for (const k of w.keys) f.bytes(this.data.get(k) as Uint8Array);
+    }
+    this.reply(w.conn, f);
+  }
+
+  private timeout(w: Waiter): void {
+    this.dropWaiter(w);
+    const idx = w.keys.flatMap((k, i) => (w.missing.has(k) ? [i] : []));
+    const f = new FrameWriter(Status.TIMEOUT, w.id).u32(idx.length);
+    for (const i of idx) f.u32(i);
+    this.reply(w.conn, f);
+  }
+
+  private dropWaiter(w: Waiter): void {
+    clearTimeout(w.timer);
+    w.conn.waiters.delete(w.id);
+    for (const k of w.missing) {
+      const set = this.waiting.get(k);
+      set?.delete(w);
+      if (set?.size === 0) this.waiting.delete(k);
+    }
+  }
+
+  private reply(conn: Conn, f: FrameWriter): void {
+    if (!conn.socket.destroyed) conn.socket.write(f.finish());
+  }
+}

@@ -1,0 +1,126 @@
+/** `weft run` and init(): full meshes over every store, failure propagation, no orphans. */
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { spawn, spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { fileURLToPath } from 'node:url';
+import path from 'node:path';
+import { rankFromEnv } from '../../src/rendezvous/env.js';
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
+const WEFT = path.join(root, 'bin', 'weft.js');
+const RANK = path.join(root, 'test', 'fixtures', 'mesh-rank.mjs');
+
+interface Run {
+  code: number | null;
+  out: string;
+  err: string;
+  ms: number;
+}
+
+function weftRun(args: string[], opts: { killAfterMs?: number; signal?: NodeJS.Signals } = {}): Promise<Run> {
+  return new Promise((resolve) => {
+    const t0 = performance.now();
+    const child = spawn(process.execPath, [WEFT, 'run', ...args], { env: { ...process.env, NO_COLOR: '1' }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    let err = '';
+    child.stdout.on('data', (d) => (out += d));
+    child.stderr.on('data', (d) => (err += d));
+    if (opts.killAfterMs) setTimeout(() => child.kill(opts.signal ?? 'SIGTERM'), opts.killAfterMs);
+    const guard = setTimeout(() => child.kill('SIGKILL'), 60_000);
+    child.on('exit', (code) => {
+      clearTimeout(guard);
+      resolve({ code, out, err, ms: performance.now() - t0 });
+    });
+  });
+}
+
+/** Live processes still running the fixture (orphans). */
+function orphans(): string[] {
+  const r = spawnSync('pgrep', ['-af', 'mesh-rank.mjs'], { encoding: 'utf8' });
+  return r.stdout.split('\n').filter((l) => l.trim() && !l.includes('pgrep'));
+}
+
+function checkMesh(r: Run, n: number): void {
+  assert.is(r.code, 0, `weft run failed: ${r.err}`);
+  for (let rank = 0; rank < n; rank++) {
+    const others = [...Array(n).keys()].filter((p) => p !== rank).join(',');
+    assert.ok(r.out.includes(`[rank ${rank}] ok rank ${rank} heard ${others}`), `rank ${rank} line missing in:\n${r.out}\n${r.err}`);
+  }
+}
+
+test('8 ranks connect a full mesh over the launcher-hosted TcpStore', async () => {
+  checkMesh(await weftRun(['-n', '8', RANK]), 8);
+});
+
+test('8 ranks connect over Redis (with a password) and leave no keys behind', async () => {
+  const url = process.env.WEFT_TEST_REDIS_URL;
+  if (!url) {
+    console.log('  (skipped: no redis-server)');
+    return;
+  }
+  checkMesh(await weftRun(['-n', '8', '--store', url, '--prefix', `launchtest${process.pid}`, RANK]), 8);
+});
+
+test('8 ranks connect over a FileStore directory', async () => {
+  const dir = mkdtempSync(path.join(tmpdir(), 'weft-fs-'));
+  try {
+    checkMesh(await weftRun(['-n', '8', '--store', `file://${dir}`, RANK]), 8);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('a failing rank stops the job within 5 s with a summary naming it; no orphans', async () => {
+  const r = await weftRun(['-n', '4', RANK, '2', 'hang']);
+  assert.is.not(r.code, 0);
+  assert.match(r.err, /weft run: rank 2 exited with status 1/);
+  assert.match(r.err, /\[rank 2\] .*rank 2 fails on purpose/);
+  assert.ok(r.ms < 15_000, `took ${r.ms} ms`);
+  await new Promise((res) => setTimeout(res, 200));
+  assert.equal(orphans(), []);
+});
+
+test('SIGTERM to the launcher stops every rank; no orphans', async () => {
+  const r = await weftRun(['-n', '3', RANK, '-1', 'hang'], { killAfterMs: 2500 });
+  assert.is.not(r.code, 0);
+  assert.match(r.err, /interrupted by SIGTERM/);
+  await new Promise((res) => setTimeout(res, 200));
+  assert.equal(orphans(), []);
+});
+
+test('rank settings from each launcher style', () => {
+  assert.equal(rankFromEnv({ WEFT_RANK: '1', WEFT_WORLD_SIZE: '4', WEFT_STORE: 'tcp://h:1', WEFT_PREFIX: 'j' }), { rank: 1, size: 4, store: 'tcp://h:1', serve: false, prefix: 'j', style: 'weft' });
+  const torch = rankFromEnv({ RANK: '0', WORLD_SIZE: '2', MASTER_ADDR: '10.0.0.1', MASTER_PORT: '29500' });
+  assert.equal([torch.rank, torch.size, torch.store, torch.serve, torch.style], [0, 2, 'tcp://10.0.0.1:29500', true, 'torchrun']);
+  assert.is(rankFromEnv({ RANK: '1', WORLD_SIZE: '2', MASTER_ADDR: 'x', MASTER_PORT: '1' }).serve, false);
+  const ompi = rankFromEnv({ OMPI_COMM_WORLD_RANK: '3', OMPI_COMM_WORLD_SIZE: '4', OMPI_MCA_ess_base_jobid: '77' });
+  assert.equal([ompi.rank, ompi.size, ompi.style], [3, 4, 'ompi']);
+  assert.match(ompi.store, /^file:\/\/.*weft-store-77$/);
+  const pmi = rankFromEnv({ PMI_RANK: '0', PMI_SIZE: '1', WEFT_STORE: 'redis://r:1' });
+  assert.equal([pmi.rank, pmi.store, pmi.style], [0, 'redis://r:1', 'pmi']);
+  assert.throws(() => rankFromEnv({}), /does not know its rank/);
+  assert.throws(() => rankFromEnv({ WEFT_RANK: '4', WEFT_WORLD_SIZE: '4', WEFT_STORE: 'x' }), /outside/);
+  assert.throws(() => rankFromEnv({ WEFT_RANK: 'a', WEFT_WORLD_SIZE: '4' }), /WEFT_RANK/);
+  assert.throws(() => rankFromEnv({ WEFT_RANK: '0', WEFT_WORLD_SIZE: '4' }), /WEFT_STORE/);
+});
+
+test('torchrun-style environment: rank 0 hosts the TcpStore on MASTER_PORT', async () => {
+  const port = 20000 + (process.pid % 20000);
+  const env = (rank: number) => ({ ...process.env, RANK: String(rank), WORLD_SIZE: '3', MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(port), WEFT_PREFIX: `torch${process.pid}` });
+  const runs = [0, 1, 2].map(
+    (rank) =>
+      new Promise<string>((resolve) => {
+        const c = spawn(process.execPath, [RANK], { env: env(rank), stdio: ['ignore', 'pipe', 'inherit'] });
+        let out = '';
+        c.stdout.on('data', (d) => (out += d));
+        c.on('exit', () => resolve(out));
+      }),
+  );
+  const outs = await Promise.all(runs);
+  assert.ok(outs[0].includes('ok rank 0 heard 1,2'), outs.join('|'));
+  assert.ok(outs[2].includes('ok rank 2 heard 0,1'), outs.join('|'));
+});
+
+test.run();
