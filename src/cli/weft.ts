@@ -56,6 +56,19 @@ bench
     await nic.benchNic({ providers: o.provider ? o.provider.split(',') : nic.defaultProviders(), runs: o.runs, json: !!o.json, quick: !!o.quick });
   });
 
+bench
+  .command('rendezvous')
+  .description('time for 2..16 ranks to connect a full mesh, and store round trips per rank, per store')
+  .option('--ranks <list>', 'world sizes', '2,4,8,16')
+  .option('--stores <list>', 'stores: tcp, redis, file', 'tcp,redis,file')
+  .option('--redis <url>', 'Redis URL for the redis store (default WEFT_TEST_REDIS_URL)', process.env.WEFT_TEST_REDIS_URL)
+  .option('--runs <n>', 'runs per point; the median is reported', positiveInt, 3)
+  .option('--json', 'print one JSON object per line')
+  .action(async (o: { ranks: string; stores: string; redis?: string; runs: number; json?: boolean }) => {
+    const r = await import('../../bench/rendezvous.js');
+    await r.benchRendezvous({ ranks: o.ranks.split(',').map(Number), stores: o.stores.split(','), redis: o.redis, runs: o.runs, json: !!o.json });
+  });
+
 program.parseAsync().catch((err: Error) => {
   console.error(`weft: ${err.message}`);
   process.exit(1);

@@ -55,6 +55,9 @@ export class Context {
   async close(options: WaitOptions = {}): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    // A peer still connecting maps our segments: tearing them down first would fail it.
+    const everyone = this.pairs.map((_, p) => `_connected/${p}`);
+    await this.store.wait(everyone, { timeoutMs: options.timeoutMs ?? 5000, signal: options.signal }).catch(() => {});
     for (const qp of this.pairs) qp?.close();
     this.device.close();
     try {
@@ -101,6 +104,7 @@ export async function init(options: InitOptions = {}): Promise<Context> {
     const job = prefix.replace(/[^A-Za-z0-9_-]/g, '_').slice(0, 48) || 'weft';
     device = await createDevice({ job, label: `rank ${rank}`, ...options.device });
     const pairs = await connectFullMesh(store, device, rank, size, { ...wait, qp: options.qp });
+    await store.set(`_connected/${rank}`, new Uint8Array(0));
     return new Context(rank, size, store, device, pairs, style, serve);
   } catch (err) {
     device?.close();
