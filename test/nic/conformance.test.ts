@@ -44,8 +44,8 @@ for (const provider of providers) {
   }
 
   test('bad key and out-of-bounds access: error completion at the initiator, target memory unchanged', async () => {
-    // shm descriptors keep the key at byte 48 (docs/wire-format.md); flipping it forges a key.
-    const forgedKeyOffset = provider === 'shm' ? 48 : Number(process.env.WEFT_OFI_KEY_OFFSET ?? -1);
+    // Descriptors keep the key at byte 48 (shm) or 64 (ofi), see docs/wire-format.md; flipping it forges a key.
+    const forgedKeyOffset = provider === 'shm' ? 48 : 64;
     const { results } = await runScenario('access', { n: 2, provider, args: { forgedKeyOffset } });
     const [init, target] = results as [{ outcomes: Record<string, string> }, { untouched: boolean }];
     const names = Object.keys(init.outcomes);

@@ -4,6 +4,11 @@
  * descriptor before its first use: libfabric 1.17's tcp and shm drop a write with a wrong key
  * silently, and shm stalls the endpoint on a read with one, so a bad key must never reach the
  * fabric. Descriptor layout: wire.ts.
+ *
+ * Limit: a verification is cached per imported region. If the owner deregisters a region
+ * after a peer verified it, that peer's later accesses reach the fabric with a dead key (tcp
+ * and shm drop such writes, so target memory stays unchanged, but the initiator sees success,
+ * and a READ may stall shm). Re-import the descriptor, or stop peers before deregistering.
  */
 import { WeftError } from '../../errors.js';
 import type { ProcessIdentity } from '../identity.js';
