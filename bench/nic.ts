@@ -10,6 +10,7 @@ import path from 'node:path';
 import { Command } from 'commander';
 import { native } from '../src/native/binding.js';
 import { runScenario } from '../src/launch/local-group.js';
+import { fiPingPong, haveFiPingPong } from './lib/fi-pingpong.js';
 import { formatBytes, formatNumber, median, saveResults, table, type BenchRecord } from './lib/stats.js';
 
 const WORKER = path.join(path.dirname(fileURLToPath(import.meta.url)), 'nic-worker.js');
@@ -48,6 +49,27 @@ export async function runNicBench(opts: NicBenchOptions): Promise<BenchRecord[]>
   for (let r = 0; r < opts.runs; r++) mc.push(((1 << 20) * 2000) / native.memcpyBandwidth(1 << 20, 2000, SLOTS) / 1e9);
   emit({ bench: 'nic', provider: 'memcpy', bytes: 1 << 20, metric: 'gbps', median: median(mc), unit: 'GB/s', runs: mc });
 
+  // Plain libfabric (C, fi_pingpong) on the fabric providers we measure, same run.
+  if (haveFiPingPong()) {
+    for (const fab of ['shm', 'tcp']) {
+      if (!opts.providers.includes(`ofi:${fab}`)) continue;
+      for (const [bytes, iters] of [[64, opts.quick ? 2000 : 20000], [1 << 20, opts.quick ? 200 : 1000]] as const) {
+        const rtt: number[] = [];
+        const bw: number[] = [];
+        for (let r = 0; r < opts.runs; r++) {
+          const m = await fiPingPong(fab, bytes, fab === 'tcp' && bytes === 64 ? iters / 4 : iters);
+          if (m) {
+            rtt.push(m.rttUs);
+            bw.push(m.gbps);
+          }
+        }
+        if (rtt.length === 0) continue;
+        const base = { bench: 'nic', provider: `fi_pingpong:${fab}`, bytes, runs: rtt, op: 'fi_pingpong msg' };
+        if (bytes === 64) emit({ ...base, metric: 'rtt_us', median: median(rtt), unit: 'us' });
+        else emit({ ...base, metric: 'gbps', median: median(bw), unit: 'GB/s', runs: bw });
+      }
+    }
+  }
   for (const provider of opts.providers) {
     try {
       const iters = pingIters(provider, opts.quick);
@@ -71,7 +93,7 @@ export async function runNicBench(opts: NicBenchOptions): Promise<BenchRecord[]>
 /** The table of a run, with the ratios the targets are stated in. */
 export function nicReport(records: BenchRecord[]): string {
   const get = (provider: string, metric: string, bytes: number) => records.find((r) => r.provider === provider && r.metric === metric && r.bytes === bytes)?.median;
-  const providers = [...new Set(records.filter((r) => r.provider !== 'memcpy' && r.metric !== 'error').map((r) => r.provider))];
+  const providers = [...new Set(records.filter((r) => r.provider !== 'memcpy' && r.metric !== 'error' && !r.provider.startsWith('fi_pingpong')).map((r) => r.provider))];
   const rows: string[][] = [];
   for (const p of providers) {
     const rtt = get(p, 'rtt_us', 64);
@@ -81,6 +103,11 @@ export function nicReport(records: BenchRecord[]): string {
   const out = [table(header, rows)];
   const memcpy = get('memcpy', 'gbps', 1 << 20);
   out.push(`\nsingle-thread memcpy, 1 MiB into ${SLOTS} rotating slots: ${memcpy?.toFixed(2)} GB/s`);
+  for (const fab of ['shm', 'tcp']) {
+    const r = get(`fi_pingpong:${fab}`, 'rtt_us', 64);
+    const b = get(`fi_pingpong:${fab}`, 'gbps', 1 << 20);
+    if (r !== undefined) out.push(`plain libfabric (fi_pingpong, C, messages) ${fab}: 64 B round trip ${r.toFixed(2)} us, 1 MiB ping-pong ${b?.toFixed(2)} GB/s`);
+  }
   const ratios: string[] = [];
   const shmRtt = get('shm', 'rtt_us', 64);
   const ofiShmRtt = get('ofi:shm', 'rtt_us', 64);
@@ -88,7 +115,13 @@ export function nicReport(records: BenchRecord[]): string {
   const shm1m = get('shm', 'gbps', 1 << 20);
   if (shm1m && memcpy) ratios.push(`shm 1 MiB stream / memcpy: ${(shm1m / memcpy).toFixed(2)}x  (target >= 0.9x)`);
   const tcpRtt = get('ofi:tcp', 'rtt_us', 64);
-  if (tcpRtt) ratios.push(`ofi:tcp round trip: ${tcpRtt.toFixed(1)} us (plain libfabric here: ~14 us; target within 1.3x)`);
+  const fiTcpRtt = get('fi_pingpong:tcp', 'rtt_us', 64);
+  if (tcpRtt && fiTcpRtt) ratios.push(`ofi:tcp / fi_pingpong tcp round trip (64 B): ${(tcpRtt / fiTcpRtt).toFixed(2)}x  (target <= 1.3x)`);
+  const fiShmRtt = get('fi_pingpong:shm', 'rtt_us', 64);
+  if (ofiShmRtt && fiShmRtt) ratios.push(`ofi:shm (JS path) / fi_pingpong shm (C) round trip: ${(ofiShmRtt / fiShmRtt).toFixed(2)}x`);
+  const tcp1m = get('ofi:tcp', 'gbps', 1 << 20);
+  const fiTcp1m = get('fi_pingpong:tcp', 'gbps', 1 << 20);
+  if (tcp1m && fiTcp1m) ratios.push(`ofi:tcp 1 MiB stream / fi_pingpong tcp 1 MiB ping-pong: ${(tcp1m / fiTcp1m).toFixed(2)}x  (target >= 1/1.3 = 0.77x)`);
   if (ratios.length) out.push('\n' + ratios.join('\n'));
   return out.join('\n');
 }

@@ -1,6 +1,8 @@
 /**
  * The device's staging array of native commands: posts write 16 words here and the batch is
- * handed to libfabric with one native call (`submit`) from poll()/wait(), or when it fills.
+ * handed to libfabric with one native call (`submit`) from poll()/wait(), when it fills, or at
+ * the latest in a microtask after the posting code returns: a rank that posts and then stops
+ * polling (it only awaits something else) still gets its operations onto the fabric.
  * Commands the provider cannot take yet (EAGAIN) stay, in order, for the next flush.
  */
 import type { OfiEndpoint } from '../../native/binding.js';
@@ -11,7 +13,12 @@ export class CommandBuffer {
   count = 0;
   private capacity: number;
 
-  constructor(private readonly ep: OfiEndpoint, capacity = 256) {
+  constructor(
+    private readonly ep: OfiEndpoint,
+    capacity = 256,
+    /** Called when the first command of a batch is staged (to schedule a flush). */
+    private readonly onFirst: () => void = () => {},
+  ) {
     this.capacity = capacity;
     this.words = new Uint32Array(capacity * CMD_WORDS);
     ep.bindCommands(this.words);
@@ -20,6 +27,7 @@ export class CommandBuffer {
   /** Word index of a fresh command slot (zeroed result word). */
   stage(): number {
     if (this.count === this.capacity) this.grow();
+    if (this.count === 0) this.onFirst();
     const at = this.count++ * CMD_WORDS;
     this.words[at + CMD_RESULT] = 0;
     return at;

@@ -105,7 +105,11 @@ export class OfiDevice implements Device, QpHost {
     this.ctlHandle = reg.handle;
     this.ctlKey = reg.key;
     this.ctlAddr = reg.base;
-    this.cmds = new CommandBuffer(ep);
+    this.cmds = new CommandBuffer(ep, 256, () => {
+      if (this.flushQueued) return;
+      this.flushQueued = true;
+      queueMicrotask(this.flushTask);
+    });
     this.outWords = new Uint32Array(OUT_CAPACITY * L.OUT_WORDS);
     ep.bindCompletions(this.outWords);
     for (let s = L.MAX_MRS - 1; s >= 0; s--) this.freeSlots.push(s);
@@ -200,6 +204,12 @@ export class OfiDevice implements Device, QpHost {
     this.dirtySet.delete(qp);
     if (this.qps[qp.qpn] === qp) this.qps[qp.qpn] = undefined;
   }
+
+  private flushQueued = false;
+  private readonly flushTask = (): void => {
+    this.flushQueued = false;
+    if (!this.closed) this.flush();
+  };
 
   /** Hands staged commands to libfabric (one native call). */
   flush(): void {

@@ -1,0 +1,54 @@
+/**
+ * Plain libfabric, measured in the same run: libfabric's own `fi_pingpong` (Debian's
+ * libfabric-bin), C code on the same providers, as the reference the ofi provider's JS path
+ * is compared with. It sends messages (not RMA), one in flight: its round trip is twice its
+ * "usec/xfer", and its MB/sec is a ping-pong rate, not a stream.
+ */
+import { spawn, spawnSync } from 'node:child_process';
+import { createServer } from 'node:net';
+
+export interface FiPingPong {
+  provider: string;
+  bytes: number;
+  rttUs: number;
+  gbps: number;
+}
+
+export function haveFiPingPong(): boolean {
+  return spawnSync('sh', ['-c', 'command -v fi_pingpong']).status === 0;
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address() as { port: number };
+      s.close(() => resolve(port));
+    });
+    s.on('error', reject);
+  });
+}
+
+/** One fi_pingpong run (server and client on this host); undefined when it fails. */
+export async function fiPingPong(provider: string, bytes: number, iterations: number): Promise<FiPingPong | undefined> {
+  const port = await freePort();
+  const common = ['-p', provider, '-e', 'rdm', '-I', String(iterations), '-S', String(bytes)];
+  const server = spawn('fi_pingpong', [...common, '-B', String(port)], { stdio: 'ignore' });
+  await new Promise((r) => setTimeout(r, 300));
+  const out = await new Promise<string>((resolve) => {
+    const client = spawn('fi_pingpong', [...common, '-P', String(port), '127.0.0.1'], { stdio: ['ignore', 'pipe', 'ignore'] });
+    let text = '';
+    client.stdout.on('data', (d) => (text += d));
+    const t = setTimeout(() => client.kill('SIGKILL'), 60_000);
+    client.on('exit', () => (clearTimeout(t), resolve(text)));
+  });
+  server.kill('SIGKILL');
+  // bytes  #sent  #ack  total  time  MB/sec  usec/xfer  Mxfers/sec
+  const line = out.split('\n').find((l) => /^\s*\d/.test(l) && l.includes('='));
+  if (!line) return undefined;
+  const f = line.trim().split(/\s+/);
+  const mbps = Number(f[5]);
+  const usec = Number(f[6]);
+  if (!Number.isFinite(usec)) return undefined;
+  return { provider, bytes, rttUs: 2 * usec, gbps: mbps / 1000 };
+}
