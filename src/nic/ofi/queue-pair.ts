@@ -1,7 +1,8 @@
 /**
  * An ofi queue pair: RC semantics on a libfabric RDM endpoint shared by all QPs of the device.
  *
- * - Posts go into the device's command array (one native `submit` per batch, from poll/wait).
+ * - Posts go into the device's command array (one native `submit` per batch: from poll/wait,
+ *   or a microtask after the posting code returns).
  * - Every operation gets a slot in this QP's in-flight ring, in post order; completions mark
  *   slots and are reported only when every earlier slot is done, so completions come out in
  *   post order even where the provider completes out of order, and `pendingOps` is exact.
