@@ -16,6 +16,7 @@
  * - A region imported from a descriptor is verified before its first use by reading the
  *   peer's MR-table entry (memory.ts says why); operations queue behind the check.
  */
+import { OP_NAMES, QueuePairBase } from '../queue-pair-base.js';
 import { WeftError, type WeftErrorCode } from '../../errors.js';
 import { isPeerAlive, type ProcessIdentity } from '../identity.js';
 import type { LocalCompletions } from '../local-completions.js';
@@ -61,7 +62,6 @@ interface PendingOp {
   at: number;
 }
 
-const OP_NAMES = ['', 'WRITE', 'WRITE_IMM', 'READ'];
 const NATIVE_OP = [0, L.NOP_WRITE, L.NOP_WRITEDATA, L.NOP_READ];
 const MASK = L.RING - 1;
 
@@ -69,7 +69,7 @@ function codeOf(status: number): WeftErrorCode {
   return status === Status.PEER_DEAD ? 'EPEERDEAD' : status === Status.TIMEOUT ? 'ETIMEDOUT' : status === Status.TRANSPORT ? 'ETRANSPORT' : 'ECLOSED';
 }
 
-export class OfiQueuePair implements QueuePair {
+export class OfiQueuePair extends QueuePairBase implements QueuePair {
   state: 'init' | 'ready' | 'error' | 'closed' = 'init';
   error: WeftError | undefined;
   peer: QpAddress | undefined;
@@ -114,6 +114,7 @@ export class OfiQueuePair implements QueuePair {
     readonly peerLabel: string,
     recvCredits: number,
   ) {
+    super();
     this.ctxHi = L.ctxHi(qpn, L.CTX_USER, gen);
     this.granted = recvCredits;
     // Publishing every credit costs an extra fabric write per message; gather a few (never
@@ -192,23 +193,11 @@ export class OfiQueuePair implements QueuePair {
     if (this.state === 'ready' && this.unpublished >= this.grantBatch) this.host.dirty(this);
   }
 
-  postWriteImm(local: MemoryRegion, localOffset: number, remote: RemoteRegion, remoteOffset: number, length: number, imm: number, wrId: number, signaled: boolean): void {
-    this.post(Opcode.WRITE_IMM, local, localOffset, remote, remoteOffset, length, imm, wrId, signaled);
-  }
 
-  postWrite(local: MemoryRegion, localOffset: number, remote: RemoteRegion, remoteOffset: number, length: number, wrId: number, signaled: boolean): void {
-    this.post(Opcode.WRITE, local, localOffset, remote, remoteOffset, length, 0, wrId, signaled);
-  }
-
-  postRead(local: MemoryRegion, localOffset: number, remote: RemoteRegion, remoteOffset: number, length: number, wrId: number, signaled: boolean): void {
-    this.post(Opcode.READ, local, localOffset, remote, remoteOffset, length, 0, wrId, signaled);
-  }
-
-  private post(op: number, local: MemoryRegion, lOff: number, remote: RemoteRegion, rOff: number, len: number, imm: number, wrId: number, signaled: boolean): void {
+  protected post(op: number, local: MemoryRegion, lOff: number, remote: RemoteRegion, rOff: number, len: number, imm: number, wrId: number, signaled: boolean): void {
     if (!(local instanceof OfiMemoryRegion) || local.deregistered || local.owner.ctl32 !== this.host.ctl32) this.badArg(op, 'local must be a registered MemoryRegion of this device');
     if (!(remote instanceof OfiRemoteRegion) || remote.owner !== this) this.badArg(op, 'remote must come from importRegion on this QP');
-    if ((len >>> 0) !== len || (lOff >>> 0) !== lOff || lOff + len > local.byteLength) this.badArg(op, `local range [${lOff}, ${lOff}+${len}) is outside the ${local.byteLength}-byte region`);
-    if ((rOff >>> 0) !== rOff) this.badArg(op, `remoteOffset must be a non-negative integer, got ${rOff}`);
+    this.checkRanges(op, local.byteLength, lOff, len, rOff);
     if (this.state !== 'ready') {
       if (this.state === 'init') throw new WeftError('EINVAL', `${this.host.label}: ${OP_NAMES[op]} toward ${this.peerLabel} before connect`);
       this.host.local.push(this.qpn, op, this.errorStatus, 0, wrId >>> 0, this.opError(op, wrId, this.errorStatus));
@@ -484,7 +473,7 @@ export class OfiQueuePair implements QueuePair {
     return new WeftError('EREMOTEACCESS', `${this.host.label}: ${OP_NAMES[op]} (wr ${wrId}) toward ${this.peerLabel} refused: ${why}; target memory is unchanged`);
   }
 
-  private badArg(op: number, what: string): never {
-    throw new WeftError('EINVAL', `${this.host.label}: ${OP_NAMES[op]} toward ${this.peerLabel}: ${what}`);
+  protected localLabel(): string {
+    return this.host.label;
   }
 }

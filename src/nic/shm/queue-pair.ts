@@ -5,6 +5,7 @@
  * receive credit is available, so the fast path is one copy and a handful of Atomics;
  * otherwise they queue in order and run from poll()/wait() (receiver-not-ready back-pressure).
  */
+import { OP_NAMES, QueuePairBase } from '../queue-pair-base.js';
 import { WeftError } from '../../errors.js';
 import { isSameHost, type ProcessIdentity } from '../identity.js';
 import { BLOB_HEAD_BYTES, newBlob, PROVIDER_TAG, readBlob } from '../blob.js';
@@ -49,9 +50,8 @@ interface PendingOp {
   at: number;
 }
 
-const OP_NAMES = ['', 'WRITE', 'WRITE_IMM', 'READ'];
 
-export class ShmQueuePair implements QueuePair {
+export class ShmQueuePair extends QueuePairBase implements QueuePair {
   state: 'init' | 'ready' | 'error' | 'closed' = 'init';
   error: WeftError | undefined;
   peer: PeerControl | undefined;
@@ -68,7 +68,9 @@ export class ShmQueuePair implements QueuePair {
     private readonly host: QpHost,
     readonly qpn: number,
     readonly peerLabel: string,
-  ) {}
+  ) {
+    super();
+  }
 
   get pendingOps(): number {
     return this.sq.length;
@@ -121,24 +123,12 @@ export class ShmQueuePair implements QueuePair {
     this.host.addCredits(this.qpn, count);
   }
 
-  postWriteImm(local: MemoryRegion, localOffset: number, remote: RemoteRegion, remoteOffset: number, length: number, imm: number, wrId: number, signaled: boolean): void {
-    this.post(Opcode.WRITE_IMM, local, localOffset, remote, remoteOffset, length, imm, wrId, signaled);
-  }
 
-  postWrite(local: MemoryRegion, localOffset: number, remote: RemoteRegion, remoteOffset: number, length: number, wrId: number, signaled: boolean): void {
-    this.post(Opcode.WRITE, local, localOffset, remote, remoteOffset, length, 0, wrId, signaled);
-  }
-
-  postRead(local: MemoryRegion, localOffset: number, remote: RemoteRegion, remoteOffset: number, length: number, wrId: number, signaled: boolean): void {
-    this.post(Opcode.READ, local, localOffset, remote, remoteOffset, length, 0, wrId, signaled);
-  }
-
-  private post(op: number, local: MemoryRegion, lOff: number, remote: RemoteRegion, rOff: number, len: number, imm: number, wrId: number, signaled: boolean): void {
+  protected post(op: number, local: MemoryRegion, lOff: number, remote: RemoteRegion, rOff: number, len: number, imm: number, wrId: number, signaled: boolean): void {
     // Bad arguments are the caller's bug: throw before anything moves.
     if (!(local instanceof ShmMemoryRegion) || local.deregistered || local.owner.ctl !== this.host.ctl) this.badArg(op, 'local must be a registered MemoryRegion of this device');
     if (!(remote instanceof ShmRemoteRegion) || remote.peer !== this.peer) this.badArg(op, 'remote must come from importRegion on this QP');
-    if ((len >>> 0) !== len || (lOff >>> 0) !== lOff || lOff + len > local.byteLength) this.badArg(op, `local range [${lOff}, ${lOff}+${len}) is outside the ${local.byteLength}-byte region`);
-    if ((rOff >>> 0) !== rOff) this.badArg(op, `remoteOffset must be a non-negative integer, got ${rOff}`);
+    this.checkRanges(op, local.byteLength, lOff, len, rOff);
     if (this.state !== 'ready') {
       if (this.state === 'init') throw new WeftError('EINVAL', `${this.host.label}: ${OP_NAMES[op]} toward ${this.peerLabel} before connect`);
       this.host.local.push(this.qpn, op, this.errorStatus, 0, wrId >>> 0, this.opError(op, wrId));
@@ -257,7 +247,7 @@ export class ShmQueuePair implements QueuePair {
     return new WeftError('EREMOTEACCESS', `${this.host.label}: ${OP_NAMES[op]} (wr ${wrId}) toward ${this.peerLabel} refused: ${why}; target memory is unchanged`);
   }
 
-  private badArg(op: number, what: string): never {
-    throw new WeftError('EINVAL', `${this.host.label}: ${OP_NAMES[op]} toward ${this.peerLabel}: ${what}`);
+  protected localLabel(): string {
+    return this.host.label;
   }
 }
