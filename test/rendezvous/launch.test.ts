@@ -123,4 +123,14 @@ test('torchrun-style environment: rank 0 hosts the TcpStore on MASTER_PORT', asy
   assert.ok(outs[2].includes('ok rank 2 heard 0,1'), outs.join('|'));
 });
 
+test('mpirun -np 4 node app.js: ranks from Open MPI, a FileStore named by the MPI job', async () => {
+  if (spawnSync('sh', ['-c', 'command -v mpirun']).status !== 0) {
+    console.log('  (skipped: no mpirun; apt-get install openmpi-bin)');
+    return;
+  }
+  const r = spawnSync('mpirun', ['--allow-run-as-root', '--oversubscribe', '-np', '4', process.execPath, RANK], { encoding: 'utf8', timeout: 60_000 });
+  assert.is(r.status, 0, r.stderr);
+  for (let rank = 0; rank < 4; rank++) assert.ok(r.stdout.includes(`ok rank ${rank} heard`), r.stdout);
+});
+
 test.run();
