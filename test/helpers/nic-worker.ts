@@ -214,7 +214,8 @@ async function backpressure(): Promise<unknown> {
     while (next < count) {
       if (mesh.device.cq.poll(one) === 0) {
         if (performance.now() > until) throw new Error('backpressure: receiver stalled');
-        await mesh.device.cq.wait({ timeoutMs: 10_000 });
+        if (args.sync) mesh.device.cq.waitSync({ timeoutMs: 10_000 });
+        else await mesh.device.cq.wait({ timeoutMs: 10_000 });
         continue;
       }
       if (one.status[0] !== Status.SUCCESS) throw new Error(`receiver got ${statusName(one.status[0])}`);

@@ -65,6 +65,14 @@ for (const provider of providers) {
     assert.is(receiver.extra, 0);
   });
 
+  test('a receiver blocked in waitSync is woken by every write (and by credit waiters)', async () => {
+    const { results } = await runScenario('backpressure', { n: 2, provider, args: { count: 500, sync: true } });
+    const receiver = results[1] as { received: number; wrong: number; extra: number };
+    assert.is(receiver.received, 500);
+    assert.is(receiver.wrong, 0);
+    assert.is(receiver.extra, 0);
+  });
+
   test('4 processes in a full mesh, one CQ each, traffic from all peers at once', async () => {
     const count = soak ? 20_000 : 2000;
     const { results } = await runScenario('mesh4', { n: 4, provider, args: { count }, timeoutMs: 120_000 });
