@@ -24,7 +24,9 @@ program
   .option('--provider <p>', "provider: 'shm', 'ofi', 'ofi:tcp', 'ofi:shm'", process.env.WEFT_PROVIDER ?? 'shm')
   .option('--laps <n>', 'token-ring laps', positiveInt, 2000)
   .option('--blocks <n>', '1 MiB writes per rank', positiveInt, 256)
-  .action((o: { ranks: number; provider: string; laps: number; blocks: number }) => runDemo(o));
+  .action(async (o: { ranks: number; provider: string; laps: number; blocks: number }) => {
+    process.exitCode = await runDemo(o);
+  });
 
 program
   .command('run')

@@ -2,7 +2,7 @@
  * A local process group: the parent forks N real worker processes, relays their QP addresses
  * and region descriptors over the IPC channel (standing in for a rendezvous store), and
  * collects one result from each. Workers call `joinMesh` to get connected QPs toward every
- * other rank. Used by `weft demo`, the NIC benchmarks and the conformance tests.
+ * other rank. Used by the NIC benchmarks and the conformance tests (which need no store).
  */
 import { fork, type ChildProcess } from 'node:child_process';
 import { createDevice, type Device, type MemoryRegion, type QueuePair, type RemoteRegion, type DeviceOptions } from '../nic/index.js';
