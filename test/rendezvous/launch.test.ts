@@ -90,6 +90,13 @@ test('SIGTERM to the launcher stops every rank; no orphans', async () => {
   assert.equal(orphans(), []);
 });
 
+test('weft demo (the README\'s first command) runs ranks that really exchange data', async () => {
+  const r = spawnSync(process.execPath, [WEFT, 'demo', '-n', '3', '--laps', '100', '--blocks', '8'], { encoding: 'utf8', timeout: 60_000, env: { ...process.env, NO_COLOR: '1' } });
+  assert.is(r.status, 0, r.stderr);
+  for (let rank = 0; rank < 3; rank++) assert.match(r.stdout, new RegExp(`\\[rank ${rank}\\] read "hello from rank ${(rank + 2) % 3} \\(pid \\d+\\)" from rank ${(rank + 2) % 3}`));
+  assert.match(r.stdout, /3 ranks over shm: token ring [\d.]+ us per hop/);
+});
+
 test('rank settings from each launcher style', () => {
   assert.equal(rankFromEnv({ WEFT_RANK: '1', WEFT_WORLD_SIZE: '4', WEFT_STORE: 'tcp://h:1', WEFT_PREFIX: 'j' }), { rank: 1, size: 4, store: 'tcp://h:1', serve: false, prefix: 'j', style: 'weft' });
   const torch = rankFromEnv({ RANK: '0', WORLD_SIZE: '2', MASTER_ADDR: '10.0.0.1', MASTER_PORT: '29500' });
