@@ -157,6 +157,7 @@ export class RedisStore implements Store {
       options,
       ...this.poll,
       check: async (missing, deadline) => {
+        if (!missing.length) return [];
         const idx = (await this.script('wait', missing, deadline, MISSING, missing, [])) as number[];
         return idx.map((i) => missing[i - 1]);
       },
@@ -245,6 +246,7 @@ export class RedisStore implements Store {
       options,
       ...this.poll,
       check: async (missing, deadline) => {
+        if (!missing.length) return [];
         const got = await this.exec(`${op}(${listKeys(missing, 3)})`, deadline, true, () => this.client.mgetBuffer(...missing));
         missing.forEach((k, i) => got[i] && record(k, got[i] as Buffer));
         return missing.filter((_, i) => !got[i]);

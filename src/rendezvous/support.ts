@@ -159,6 +159,8 @@ async function waitLoop(spec: WaitSpec, deadline: Deadline, missing: Set<string>
   const stop = await spec.watch([...missing], events, deadline);
   try {
     const recheck = async () => {
+      // A notification may have emptied the set since the last look: MGET with no keys is an error.
+      if (missing.size === 0) return;
       const still = new Set(await spec.check([...missing], deadline));
       for (const k of [...missing]) if (!still.has(k)) missing.delete(k);
     };
