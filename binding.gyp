@@ -10,7 +10,9 @@
         "native/shm.cc",
         "native/futex.cc",
         "native/proc.cc",
-        "native/ofi.cc"
+        "native/ofi.cc",
+        "native/reduce.cc",
+        "native/reduce_isa.cc"
       ],
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],
       "defines": ["NAPI_VERSION=8", "NODE_ADDON_API_DISABLE_DEPRECATED", "NAPI_DISABLE_CPP_EXCEPTIONS"],

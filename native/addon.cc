@@ -1,4 +1,5 @@
-// Entry point of the weft native core: memory, futexes, process facts and the fabric.
+// Entry point of the weft native core: memory, futexes, process facts, the fabric and SIMD
+// reductions.
 #include "addon.h"
 
 namespace weft {
@@ -17,6 +18,7 @@ static Napi::Object InitWeft(Napi::Env env, Napi::Object exports) {
   weft::InitFutex(env, exports);
   weft::InitProc(env, exports);
   weft::InitOfi(env, exports);
+  weft::InitReduce(env, exports);
   return exports;
 }
 

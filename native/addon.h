@@ -7,6 +7,7 @@ void InitShm(Napi::Env env, Napi::Object exports);
 void InitFutex(Napi::Env env, Napi::Object exports);
 void InitProc(Napi::Env env, Napi::Object exports);
 void InitOfi(Napi::Env env, Napi::Object exports);
+void InitReduce(Napi::Env env, Napi::Object exports);
 
 // Throws a JS Error (with `code`) and returns an undefined value, for use as `return Fail(...)`.
 Napi::Value Fail(Napi::Env env, const char* code, const std::string& message);

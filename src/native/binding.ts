@@ -74,6 +74,18 @@ export interface OfiBinding {
   Endpoint?: new (provider: string, node?: string | null, options?: { source?: boolean; cqSize?: number }) => OfiEndpoint;
 }
 
+/** A SIMD level the reduction kernels were compiled for ('generic' off x86-64). */
+export type ReduceIsa = 'sse2' | 'avx2' | 'avx512' | 'generic';
+
+/** The reduction code tables as the addon numbers them (checked by src/reduce/codes.ts). */
+export interface ReduceCodeTable {
+  ops: string[];
+  dtypes: string[];
+  elementSizes: number[];
+  isFloat: boolean[];
+  maxSources: number;
+}
+
 export interface NativeBinding {
   shmCreate(name: string, size: number): SharedArrayBuffer;
   shmOpen(name: string): SharedArrayBuffer;
@@ -86,6 +98,18 @@ export interface NativeBinding {
   processStartTime(pid: number): number;
   processAlive(pid: number, startTime?: number): boolean;
   yieldThread(): void;
+  /**
+   * dst[i] = a[i] op b[i] for i < count, each view read from its byteOffset. dst may be a or b
+   * exactly, never a partial overlap. Throws TypeError/RangeError (code EINVAL/ERANGE).
+   */
+  reduce(op: number, dtype: number, count: number, dst: ArrayBufferView, a: ArrayBufferView, b: ArrayBufferView): void;
+  /** dst = srcs[0] op srcs[1] op ... in one blocked pass; dst may be srcs[0] or srcs[1] exactly. */
+  reduceMany(op: number, dtype: number, count: number, dst: ArrayBufferView, srcs: readonly ArrayBufferView[]): void;
+  /** The level chosen at load (WEFT_REDUCE_ISA may force a lower one). */
+  reduceIsa(): ReduceIsa;
+  /** The levels this CPU runs, lowest first. */
+  reduceIsas(): ReduceIsa[];
+  reduceCodes(): ReduceCodeTable;
   ofi: OfiBinding;
 }
 
