@@ -11,5 +11,6 @@ export { WeftError, type WeftErrorCode } from './errors.js';
 export type { WaitOptions } from './util/deadline.js';
 export * from './nic/index.js';
 export * from './rendezvous/index.js';
+export * from './reduce/index.js';
 export { init, Context, type InitOptions } from './rendezvous/context.js';
 export { rankFromEnv, type RankInfo, type EnvStyle } from './rendezvous/env.js';
