@@ -4,13 +4,16 @@
  * @example
  * import { init } from 'weft';
  * const ctx = await init();              // rank, size and store from `weft run` or the env
- * console.log(`rank ${ctx.rank} of ${ctx.size}`);
+ * const x = new Float32Array(4).fill(ctx.rank);
+ * await ctx.allreduce(x);                 // on every rank: 0 + 1 + ... + (size-1)
  * await ctx.close();
  */
 export { WeftError, type WeftErrorCode } from './errors.js';
 export type { WaitOptions } from './util/deadline.js';
 export * from './nic/index.js';
 export * from './rendezvous/index.js';
+export { init, Context, type InitOptions } from './context.js';
+export * from './collectives/index.js';
+export { Device as TransportDevice, Pair, SendBuffer, RecvBuffer, createSendBuffer, createRecvBuffer, UnboundBuffer, type TransportOptions } from './transport/index.js';
 export * from './reduce/index.js';
-export { init, Context, type InitOptions } from './rendezvous/context.js';
 export { rankFromEnv, type RankInfo, type EnvStyle } from './rendezvous/env.js';

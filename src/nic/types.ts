@@ -113,6 +113,13 @@ export interface MemoryRegion {
 /** A peer's memory region as seen by the initiator (from its descriptor bytes). */
 export interface RemoteRegion {
   readonly byteLength: number;
+  /**
+   * Load/store access to the peer's bytes, when the provider maps them (shm: the region is
+   * in a segment this process has mapped; undefined on ofi and for invalid descriptors).
+   * Accesses through it bypass key checks and completions: layers above use it for
+   * intra-host fast paths and pair it with a WRITE_IMM (possibly 0 bytes) as the doorbell.
+   */
+  readonly direct?: Uint8Array;
 }
 
 /** Per-QP options. */

@@ -7,7 +7,8 @@ import { native } from '../native/binding.js';
 import type { WaitOptions } from '../util/deadline.js';
 import { createDevice } from '../nic/index.js';
 import type { Device, DeviceOptions, QueuePair, QueuePairOptions } from '../nic/types.js';
-import { connectFullMesh } from './full-mesh.js';
+import { Device as TransportDevice, type TransportOptions } from '../transport/device.js';
+import { connectFullMeshWithExtras } from './full-mesh.js';
 import { rankFromEnv, type EnvStyle } from './env.js';
 import { openStore } from './open.js';
 import { PrefixStore } from './prefix-store.js';
@@ -28,24 +29,61 @@ export interface InitOptions extends WaitOptions {
   device?: DeviceOptions;
   /** Options for every queue pair. */
   qp?: Omit<QueuePairOptions, 'peerLabel'>;
+  /** Ring shape of the transport (every rank must pass the same). */
+  transport?: TransportOptions;
+}
+
+/** What a Context is built from (see init / initWith). */
+export interface ContextParts {
+  rank: number;
+  size: number;
+  store: PrefixStore;
+  device: Device;
+  pairs: (QueuePair | undefined)[];
+  transport: TransportDevice;
+  style: EnvStyle;
+  serving: boolean;
 }
 
 /** A connected rank. */
 export class Context {
+  readonly rank: number;
+  readonly size: number;
+  readonly store: PrefixStore;
+  /** The NIC device. */
+  readonly device: Device;
+  /** pairs[p]: the QP toward rank p (undefined at this rank). */
+  readonly pairs: (QueuePair | undefined)[];
+  /** Gloo-style transport over the QPs (pairs, rings, progress). */
+  readonly transport: TransportDevice;
   /** How this rank found its settings. */
   readonly style: EnvStyle;
+  private readonly serving: boolean;
   private closed = false;
-  constructor(
-    readonly rank: number,
-    readonly size: number,
-    readonly store: PrefixStore,
-    readonly device: Device,
-    /** pairs[p]: the QP toward rank p (undefined at this rank). */
-    readonly pairs: (QueuePair | undefined)[],
-    style: EnvStyle,
-    private readonly serving: boolean,
-  ) {
-    this.style = style;
+  private readonly pool: Uint8Array[] = [];
+  constructor(parts: ContextParts) {
+    this.rank = parts.rank;
+    this.size = parts.size;
+    this.store = parts.store;
+    this.device = parts.device;
+    this.pairs = parts.pairs;
+    this.transport = parts.transport;
+    this.style = parts.style;
+    this.serving = parts.serving;
+  }
+
+  /** Lends scratch memory to a collective (pooled by power-of-two size). */
+  acquire(bytes: number): Uint8Array {
+    let best = -1;
+    for (let i = 0; i < this.pool.length; i++) {
+      if (this.pool[i].byteLength >= bytes && (best < 0 || this.pool[i].byteLength < this.pool[best].byteLength)) best = i;
+    }
+    if (best >= 0) return this.pool.splice(best, 1)[0];
+    return new Uint8Array(2 ** Math.ceil(Math.log2(Math.max(bytes, 64))));
+  }
+
+  release(area: Uint8Array): void {
+    if (this.pool.length < 16) this.pool.push(area);
   }
 
   /**
@@ -58,6 +96,7 @@ export class Context {
     // A peer still connecting maps our segments: tearing them down first would fail it.
     const everyone = this.pairs.map((_, p) => `_connected/${p}`);
     await this.store.wait(everyone, { timeoutMs: options.timeoutMs ?? 5000, signal: options.signal }).catch(() => {});
+    this.transport.close();
     for (const qp of this.pairs) qp?.close();
     this.device.close();
     try {
@@ -86,6 +125,11 @@ export class Context {
  * await ctx.close();
  */
 export async function init(options: InitOptions = {}): Promise<Context> {
+  return initWith((parts) => new Context(parts), options);
+}
+
+/** init() building the context with `make` (the package root adds the collectives to it). */
+export async function initWith<C extends Context>(make: (parts: ContextParts) => C, options: InitOptions = {}): Promise<C> {
   const fromEnv = options.rank === undefined || options.size === undefined || options.store === undefined ? rankFromEnv() : undefined;
   const rank = options.rank ?? fromEnv!.rank;
   const size = options.size ?? fromEnv!.size;
@@ -103,9 +147,11 @@ export async function init(options: InitOptions = {}): Promise<Context> {
   try {
     const job = prefix.replace(/[^A-Za-z0-9_-]/g, '_').slice(0, 48) || 'weft';
     device = await createDevice({ job, label: `rank ${rank}`, ...options.device });
-    const pairs = await connectFullMesh(store, device, rank, size, { ...wait, qp: options.qp });
+    const transport = new TransportDevice(device, rank, size, options.transport);
+    const { qps: pairs, extras } = await connectFullMeshWithExtras(store, device, rank, size, { ...wait, qp: options.qp, extra: transport.descriptor() });
+    transport.connect(pairs, extras);
     await store.set(`_connected/${rank}`, new Uint8Array(0));
-    return new Context(rank, size, store, device, pairs, style, serve);
+    return make({ rank, size, store, device, pairs, transport, style, serving: serve });
   } catch (err) {
     device?.close();
     await store.close().catch(() => {});

@@ -4,7 +4,8 @@
  * blobs with one batched multiGet. Store round trips per rank stay constant in the world size.
  *
  * Blob layout (little-endian): u32 magic 'WFM1', u32 rank, u32 world size, then for each peer
- * in rank order: u32 peer rank, u32 length, address bytes.
+ * in rank order: u32 peer rank, u32 length, address bytes; then optionally one entry with peer
+ * rank 0xffffffff holding the layer above's extra bytes (e.g. the transport's ring descriptor).
  */
 import { WeftError } from '../errors.js';
 import type { WaitOptions } from '../util/deadline.js';
@@ -12,18 +13,22 @@ import type { Device, QueuePair, QueuePairOptions } from '../nic/types.js';
 import type { Store } from './store.js';
 
 const MESH_MAGIC = 0x314d4657;
+const EXTRA = 0xffffffff;
 
 export interface FullMeshOptions extends WaitOptions {
   /** Options for every QP (receive credits). */
   qp?: Omit<QueuePairOptions, 'peerLabel'>;
   /** Key namespace inside the store (default 'mesh'). */
   key?: string;
+  /** Bytes published with this rank's addresses; peers get them from connectFullMeshWithExtras. */
+  extra?: Uint8Array;
 }
 
 /** Encodes a rank's addresses (`addrs[p]` toward peer p, undefined at own rank). */
-export function encodeMeshBlob(rank: number, size: number, addrs: (Uint8Array | undefined)[]): Uint8Array {
+export function encodeMeshBlob(rank: number, size: number, addrs: (Uint8Array | undefined)[], extra?: Uint8Array): Uint8Array {
   let total = 12;
   for (const a of addrs) if (a) total += 8 + a.byteLength;
+  if (extra) total += 8 + extra.byteLength;
   const out = new Uint8Array(total);
   const v = new DataView(out.buffer);
   v.setUint32(0, MESH_MAGIC, true);
@@ -37,7 +42,22 @@ export function encodeMeshBlob(rank: number, size: number, addrs: (Uint8Array | 
     out.set(a, o + 8);
     o += 8 + a.byteLength;
   });
+  if (extra) {
+    v.setUint32(o, EXTRA, true);
+    v.setUint32(o + 4, extra.byteLength, true);
+    out.set(extra, o + 8);
+  }
   return out;
+}
+
+/** The extra bytes of `from`'s blob (empty when it has none); throws EPROTO on malformed bytes. */
+export function extraOf(blob: Uint8Array, from: number, to: number, size: number): Uint8Array {
+  try {
+    return addressFor(blob, from, EXTRA, size);
+  } catch (err) {
+    if ((err as WeftError).code === 'EPROTO' && /no address for/.test((err as Error).message)) return new Uint8Array(0);
+    throw new WeftError((err as WeftError).code, (err as Error).message.replace(/^rank \d+/, `rank ${to}`), { cause: err });
+  }
 }
 
 /** Finds the address that `from`'s blob holds for `to`; throws EPROTO on malformed bytes. */
@@ -66,13 +86,21 @@ export function addressFor(blob: Uint8Array, from: number, to: number, size: num
  * const qps = await connectFullMesh(store, device, rank, size, { timeoutMs: 30_000 });
  */
 export async function connectFullMesh(store: Store, device: Device, rank: number, size: number, options: FullMeshOptions = {}): Promise<(QueuePair | undefined)[]> {
+  return (await connectFullMeshWithExtras(store, device, rank, size, options)).qps;
+}
+
+/**
+ * connectFullMesh that also hands every rank the others' `options.extra` bytes (`extras[p]`,
+ * empty at `rank`), in the same store round trips.
+ */
+export async function connectFullMeshWithExtras(store: Store, device: Device, rank: number, size: number, options: FullMeshOptions = {}): Promise<{ qps: (QueuePair | undefined)[]; extras: Uint8Array[] }> {
   if (!Number.isInteger(size) || size < 1) throw new WeftError('EINVAL', `connectFullMesh: world size must be a positive integer, got ${size}`);
   if (!Number.isInteger(rank) || rank < 0 || rank >= size) throw new WeftError('EINVAL', `connectFullMesh: rank ${rank} is outside [0, ${size})`);
   const ns = options.key ?? 'mesh';
   const qps: (QueuePair | undefined)[] = [];
   for (let p = 0; p < size; p++) qps.push(p === rank ? undefined : device.createQueuePair({ ...options.qp, peerLabel: `rank ${p}` }));
   try {
-    await store.set(`${ns}/${rank}`, encodeMeshBlob(rank, size, qps.map((q) => q?.address())), { once: true });
+    await store.set(`${ns}/${rank}`, encodeMeshBlob(rank, size, qps.map((q) => q?.address()), options.extra), { once: true });
     const peers = [...Array(size).keys()].filter((p) => p !== rank);
     const keys = peers.map((p) => `${ns}/${p}`);
     let blobs: Uint8Array[];
@@ -86,7 +114,9 @@ export async function connectFullMesh(store: Store, device: Device, rank: number
       throw err;
     }
     peers.forEach((p, i) => (qps[p] as QueuePair).connect(addressFor(blobs[i], p, rank, size)));
-    return qps;
+    const extras: Uint8Array[] = qps.map(() => new Uint8Array(0));
+    peers.forEach((p, i) => (extras[p] = extraOf(blobs[i], p, rank, size)));
+    return { qps, extras };
   } catch (err) {
     for (const q of qps) q?.close();
     throw err;

@@ -71,6 +71,12 @@ export class ShmRemoteRegion implements RemoteRegion {
     readonly byteLength: number,
   ) {}
 
+  private view: Uint8Array | undefined;
+  get direct(): Uint8Array | undefined {
+    if (this.key === 0) return undefined;
+    return (this.view ??= this.seg8.subarray(this.base, this.base + this.byteLength));
+  }
+
   /** True while the owner's table still holds this registration. */
   valid(): boolean {
     return Atomics.load(this.peer.i32, L.MR_TABLE + this.slot * L.MR_WORDS) === this.key && this.key !== 0;

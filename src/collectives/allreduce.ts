@@ -1,0 +1,109 @@
+/**
+ * allreduce: every rank ends with the element-wise reduction of all ranks' arrays.
+ *
+ * - `direct` (small inputs, up to 8 ranks): one round; every rank sends its array to every
+ *   other and reduces all of them in rank order, so every rank computes bit-identical results.
+ * - `ring` (bandwidth-optimal): ring reduce-scatter then ring allgather; each incoming chunk is
+ *   reduced straight from the peer's ring into the output while later chunks are in flight.
+ * - `shm` (one host, shm provider): see allreduce-shm.ts.
+ */
+import { reduceMany } from '../reduce/index.js';
+import type { ReduceOp } from '../reduce/index.js';
+import type { TransportOp } from '../transport/ops.js';
+import { bytesOf, checkArray, checkLength, evenCounts, offsets, reduction, sameType, type TypedArray } from './checks.js';
+import { copy, makeComm, runAsync, runSync, type Algorithm, type CollectiveOptions, type Comm, type Group, type Reduction } from './comm.js';
+import { ringAllgather, ringReduceScatter } from './ring.js';
+
+export type AllreduceAlgorithm = 'auto' | 'direct' | 'ring';
+
+export interface AllreduceOptions extends CollectiveOptions {
+  /** Reduction (default 'sum'). */
+  op?: ReduceOp;
+  /** Out of place: the result goes here, `input` is left alone. Default: in place. */
+  output?: TypedArray;
+  /** Force an algorithm (default 'auto'). */
+  algorithm?: AllreduceAlgorithm;
+  /** Uint16Array data is float16 or bfloat16 (default: uint16). */
+  float?: 'float16' | 'bfloat16';
+}
+
+/** Inputs up to this many bytes take the one-round direct exchange (with at most 8 ranks). */
+export const DIRECT_MAX_BYTES = 64 * 1024;
+
+interface Plan {
+  c: Comm;
+  alg: Algorithm;
+  out: TypedArray;
+}
+
+function plan(g: Group, input: TypedArray, options: AllreduceOptions, where: string): Plan {
+  checkArray(where, 'input', input);
+  const output = options.output ?? input;
+  checkArray(where, 'output', output);
+  sameType(where, input, output);
+  checkLength(where, 'output', output, input.length, 'an allreduce output has as many elements as its input');
+  const red = reduction(where, input, options.op, options.float);
+  const c = makeComm(g, 'allreduce', options, red.dtype, red.op);
+  const inB = bytesOf(input);
+  const outB = bytesOf(output);
+  const algorithm = options.algorithm ?? 'auto';
+  let alg: Algorithm;
+  if (g.size === 1) alg = single(inB, outB);
+  else if (algorithm === 'direct' || (algorithm === 'auto' && inB.byteLength <= DIRECT_MAX_BYTES && g.size <= 8)) alg = direct(c, inB, outB, red, input.length);
+  else alg = ring(c, inB, outB, red, input.length);
+  return { c, alg, out: output };
+}
+
+// eslint-disable-next-line require-yield
+function* single(inB: Uint8Array, outB: Uint8Array): Algorithm {
+  copy(outB, inB);
+}
+
+function* direct(c: Comm, inB: Uint8Array, outB: Uint8Array, red: Reduction, count: number): Algorithm {
+  const n = c.size;
+  const bytes = inB.byteLength;
+  const scratch = c.scratch(bytes * n);
+  const srcs: Uint8Array[] = new Array(n);
+  const ops: TransportOp[] = [];
+  for (let p = 0; p < n; p++) {
+    if (p === c.rank) continue;
+    srcs[p] = scratch.subarray(p * bytes, (p + 1) * bytes);
+    ops.push(c.recv(p, srcs[p]));
+  }
+  for (let k = 1; k < n; k++) ops.push(c.send((c.rank + k) % n, inB));
+  yield ops;
+  // In place, the output is this rank's input: keep a copy so the rank-order fold reads it intact.
+  if (inB.buffer === outB.buffer && inB.byteOffset === outB.byteOffset && c.rank !== 0) {
+    srcs[c.rank] = scratch.subarray(c.rank * bytes, (c.rank + 1) * bytes);
+    copy(srcs[c.rank], inB);
+  } else {
+    srcs[c.rank] = inB;
+  }
+  reduceMany(red.op, red.dtype, count, outB, srcs);
+}
+
+function* ring(c: Comm, inB: Uint8Array, outB: Uint8Array, red: Reduction, count: number): Algorithm {
+  const off = offsets(evenCounts(count, c.size)).map((e) => e * red.elementBytes);
+  yield* ringReduceScatter(c, inB, outB, off, red);
+  yield* ringAllgather(c, outB, off);
+}
+
+/**
+ * Reduces `input` across all ranks; resolves to the result (input itself unless `output`).
+ *
+ * @example
+ * const grad = new Float32Array(1 << 20).fill(ctx.rank);
+ * await allreduce(ctx, grad);                 // grad[i] === 0 + 1 + ... + (size-1)
+ */
+export async function allreduce<T extends TypedArray>(g: Group, input: T, options: AllreduceOptions = {}): Promise<T> {
+  const p = plan(g, input, options, `rank ${g.rank}: allreduce`);
+  await runAsync(p.c, p.alg);
+  return p.out as T;
+}
+
+/** Blocking allreduce: busy-polls the calling thread (lowest latency, blocks the event loop). */
+export function allreduceSync<T extends TypedArray>(g: Group, input: T, options: AllreduceOptions = {}): T {
+  const p = plan(g, input, options, `rank ${g.rank}: allreduceSync`);
+  runSync(p.c, p.alg);
+  return p.out as T;
+}

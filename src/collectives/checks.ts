@@ -1,0 +1,74 @@
+/** Argument checks shared by the collectives: every bad input is an EINVAL before anything is sent. */
+import { WeftError } from '../errors.js';
+import { checkReducible, dtypeOf, elementSize, type DType, type ReduceOp } from '../reduce/index.js';
+import type { Reduction } from './comm.js';
+
+import type { TypedArray } from '../reduce/index.js';
+export type { TypedArray };
+
+export function isTypedArray(v: unknown): v is TypedArray {
+  return ArrayBuffer.isView(v) && !(v instanceof DataView);
+}
+
+export function bytesOf(v: TypedArray): Uint8Array {
+  return new Uint8Array(v.buffer, v.byteOffset, v.byteLength);
+}
+
+export function checkArray(where: string, name: string, v: unknown): asserts v is TypedArray {
+  if (!isTypedArray(v)) throw new WeftError('EINVAL', `${where}: ${name} must be a typed array (Float32Array, Int32Array, BigInt64Array, ...), got ${v === null ? 'null' : typeof v === 'object' ? (v as object).constructor?.name : typeof v}`);
+}
+
+export function dtypeName(where: string, v: TypedArray, hint?: 'float16' | 'bfloat16'): DType {
+  try {
+    return dtypeOf(v, hint);
+  } catch (err) {
+    throw new WeftError('EINVAL', `${where}: ${(err as Error).message}`);
+  }
+}
+
+export function sameType(where: string, a: TypedArray, b: TypedArray, an = 'input', bn = 'output'): void {
+  if (a.constructor !== b.constructor) throw new WeftError('EINVAL', `${where}: ${an} is a ${a.constructor.name} but ${bn} is a ${b.constructor.name}; use the same element type`);
+}
+
+export function reduction(where: string, v: TypedArray, op: ReduceOp | undefined, hint?: 'float16' | 'bfloat16'): Reduction {
+  const dtype = dtypeName(where, v, hint);
+  const o = op ?? 'sum';
+  try {
+    checkReducible(o, dtype, where);
+  } catch (err) {
+    throw err instanceof WeftError ? err : new WeftError('EINVAL', `${where}: ${(err as Error).message}`);
+  }
+  return { op: o, dtype, elementBytes: elementSize(dtype) };
+}
+
+export function checkRoot(where: string, root: number | undefined, size: number): number {
+  const r = root ?? 0;
+  if (!Number.isInteger(r) || r < 0 || r >= size) throw new WeftError('EINVAL', `${where}: root ${r} is not a rank (world size ${size})`);
+  return r;
+}
+
+export function checkLength(where: string, name: string, v: TypedArray, expected: number, why: string): void {
+  if (v.length !== expected) throw new WeftError('EINVAL', `${where}: ${name} has ${v.length} elements, expected ${expected} (${why})`);
+}
+
+export function checkCounts(where: string, counts: readonly number[] | undefined, size: number, name = 'counts'): number[] {
+  if (!Array.isArray(counts) || counts.length !== size || counts.some((c) => !Number.isInteger(c) || c < 0)) {
+    throw new WeftError('EINVAL', `${where}: ${name} must be an array of ${size} non-negative integers (one per rank)`);
+  }
+  return counts as number[];
+}
+
+/** Element offsets of blocks with the given counts. */
+export function offsets(counts: readonly number[]): number[] {
+  const out = new Array<number>(counts.length + 1);
+  out[0] = 0;
+  for (let i = 0; i < counts.length; i++) out[i + 1] = out[i] + counts[i];
+  return out;
+}
+
+/** Splits `count` elements into `n` near-equal blocks. */
+export function evenCounts(count: number, n: number): number[] {
+  const base = Math.floor(count / n);
+  const rem = count % n;
+  return Array.from({ length: n }, (_, i) => base + (i < rem ? 1 : 0));
+}

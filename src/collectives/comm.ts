@@ -1,0 +1,137 @@
+/**
+ * The running state of one collective call, and the two drivers. Algorithms are generators
+ * that post sends and receives and yield the operations they must wait for; `runSync` waits
+ * by busy-polling (for tight loops), `runAsync` by awaiting the device's shared progress loop.
+ * One algorithm text serves both. Any failure aborts the job on every rank: after a
+ * mismatch, a timeout or a dead rank, messages may be in flight and the context is unusable.
+ */
+import { WeftError } from '../errors.js';
+import { native } from '../native/binding.js';
+import { Deadline, type WaitOptions } from '../util/deadline.js';
+import type { DType, ReduceOp } from '../reduce/index.js';
+import type { Device } from '../transport/device.js';
+import { RecvOp, SendOp, type ReduceSink, type TransportOp } from '../transport/ops.js';
+import { collectiveSlot, signature, type CollectiveName } from '../transport/signature.js';
+
+/** What collectives need from a connected group of ranks. */
+export interface Group {
+  readonly rank: number;
+  readonly size: number;
+  readonly transport: Device;
+  /** Lends a scratch area of at least `bytes` bytes (pooled: no allocation in steady state). */
+  acquire(bytes: number): Uint8Array;
+  /** Returns a scratch area lent by acquire. */
+  release(area: Uint8Array): void;
+}
+
+/** Options every collective takes. */
+export interface CollectiveOptions extends WaitOptions {
+  /** Distinguishes concurrent collectives of the same kind (default 0). */
+  tag?: number;
+}
+
+export type Algorithm = Generator<readonly TransportOp[], void, void>;
+
+export class Comm {
+  readonly rank: number;
+  readonly size: number;
+  readonly device: Device;
+  readonly slot: number;
+  readonly deadline: Deadline;
+  readonly what: string;
+  private held: Uint8Array[] | undefined;
+  constructor(
+    readonly group: Group,
+    readonly collective: CollectiveName,
+    readonly sig: number,
+    options: CollectiveOptions,
+  ) {
+    this.rank = group.rank;
+    this.size = group.size;
+    this.device = group.transport;
+    const tag = options.tag ?? 0;
+    if (!Number.isInteger(tag) || tag < 0 || tag > 0xffffffff) throw new WeftError('EINVAL', `rank ${this.rank}: ${collective}: tag must be an integer in [0, 2^32), got ${tag}`);
+    this.slot = collectiveSlot(collective, tag);
+    this.deadline = new Deadline(options.timeoutMs, options.signal);
+    this.what = `rank ${this.rank}: ${collective} (tag ${tag})`;
+    this.device.checkUsable(`${collective} (tag ${tag})`);
+  }
+
+  /** Scratch memory for this call, given back when it ends. */
+  scratch(bytes: number): Uint8Array {
+    const a = this.group.acquire(bytes);
+    (this.held ??= []).push(a);
+    return a.subarray(0, bytes);
+  }
+
+  releaseScratch(): void {
+    if (!this.held) return;
+    for (const a of this.held) this.group.release(a);
+    this.held = undefined;
+  }
+
+  send(to: number, bytes: Uint8Array): SendOp {
+    const op = new SendOp(to, this.slot, bytes, this.sig, 0, 0);
+    this.device.pair(to).send(op);
+    return op;
+  }
+
+  /** Receives exactly `dst.byteLength` bytes from `from` into dst. */
+  recv(from: number, dst: Uint8Array): RecvOp {
+    const op = new RecvOp([from], this.slot, dst, dst.byteLength, this.sig, undefined);
+    this.device.pair(from).post(op);
+    return op;
+  }
+
+  /** Receives into dst as dst = a op incoming (the reduction runs chunk by chunk, out of the ring). */
+  recvReduce(from: number, dst: Uint8Array, a: Uint8Array, red: Reduction): RecvOp {
+    const sink: ReduceSink = { op: red.op, dtype: red.dtype, elementBytes: red.elementBytes, a };
+    const op = new RecvOp([from], this.slot, dst, dst.byteLength, this.sig, sink);
+    this.device.pair(from).post(op);
+    return op;
+  }
+}
+
+/** The reduction a call performs. */
+export interface Reduction {
+  readonly op: ReduceOp;
+  readonly dtype: DType;
+  readonly elementBytes: number;
+}
+
+export function makeComm(group: Group, collective: CollectiveName, options: CollectiveOptions, dtype?: string, op?: string, root?: number): Comm {
+  return new Comm(group, collective, signature(collective, dtype, op, root), options);
+}
+
+function failed(c: Comm, err: unknown): WeftError {
+  const e = err instanceof WeftError ? err : new WeftError('ETRANSPORT', `${c.what}: ${(err as Error)?.message ?? err}`, { cause: err });
+  c.device.abort(e);
+  return e;
+}
+
+export function runSync(c: Comm, alg: Algorithm): void {
+  try {
+    for (let r = alg.next(); !r.done; r = alg.next()) c.device.waitSync(r.value, c.deadline, c.what);
+  } catch (err) {
+    throw failed(c, err);
+  } finally {
+    c.releaseScratch();
+  }
+}
+
+export async function runAsync(c: Comm, alg: Algorithm): Promise<void> {
+  try {
+    for (let r = alg.next(); !r.done; r = alg.next()) await c.device.waitAsync(r.value, c.deadline, c.what);
+  } catch (err) {
+    throw failed(c, err);
+  } finally {
+    c.releaseScratch();
+  }
+}
+
+/** memcpy between byte views (native above a few KiB). */
+export function copy(dst: Uint8Array, src: Uint8Array): void {
+  if (dst.buffer === src.buffer && dst.byteOffset === src.byteOffset) return;
+  if (src.byteLength >= 2048) native.copyBytes(dst, 0, src, 0, src.byteLength);
+  else dst.set(src);
+}

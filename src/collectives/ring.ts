@@ -1,0 +1,52 @@
+/**
+ * Ring building blocks over byte blocks (block b at byte offsets off[b]..off[b+1]):
+ * reduce-scatter leaves rank r with block r reduced over all ranks, allgather circulates
+ * every rank's block to all. Each step posts the receive before the send, so incoming chunks
+ * are reduced (or copied) straight out of the ring into their final place as they arrive.
+ */
+import type { Algorithm, Comm, Reduction } from './comm.js';
+import type { TransportOp } from '../transport/ops.js';
+
+const mod = (a: number, n: number) => ((a % n) + n) % n;
+
+/**
+ * Ring reduce-scatter. `input` holds every block; `work` receives the partial sums (it may be
+ * `input` itself for in-place use, or the output of an allreduce). Rank r's result ends in
+ * work's block r, or in `result` when given. Step s: send block r-s-1, receive block r-s-2 as work = input op incoming.
+ */
+export function* ringReduceScatter(c: Comm, input: Uint8Array, work: Uint8Array, off: readonly number[], red: Reduction, result?: Uint8Array): Algorithm {
+  const n = c.size;
+  const r = c.rank;
+  const right = mod(r + 1, n);
+  const left = mod(r - 1, n);
+  const ops: TransportOp[] = [];
+  for (let s = 0; s < n - 1; s++) {
+    const sb = mod(r - s - 1, n);
+    const rb = mod(r - s - 2, n);
+    // The first block out is this rank's own contribution; later ones are partial sums.
+    const src = s === 0 ? input : work;
+    ops.length = 0;
+    // The last block in is this rank's result: it may go straight to a separate output.
+    const dst = result && s === n - 2 ? result : work.subarray(off[rb], off[rb + 1]);
+    ops.push(c.recvReduce(left, dst, input.subarray(off[rb], off[rb + 1]), red));
+    ops.push(c.send(right, src.subarray(off[sb], off[sb + 1])));
+    yield ops;
+  }
+}
+
+/** Ring allgather: rank r's block (already in place in `out`) reaches every rank. */
+export function* ringAllgather(c: Comm, out: Uint8Array, off: readonly number[], startBlock = c.rank): Algorithm {
+  const n = c.size;
+  const r = c.rank;
+  const right = mod(r + 1, n);
+  const left = mod(r - 1, n);
+  const ops: TransportOp[] = [];
+  for (let s = 0; s < n - 1; s++) {
+    const sb = mod(startBlock - s, n);
+    const rb = mod(startBlock - s - 1, n);
+    ops.length = 0;
+    ops.push(c.recv(left, out.subarray(off[rb], off[rb + 1])));
+    ops.push(c.send(right, out.subarray(off[sb], off[sb + 1])));
+    yield ops;
+  }
+}

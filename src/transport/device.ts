@@ -1,0 +1,244 @@
+/**
+ * The transport Device (Gloo's transport::Device): one per process, over one NIC device. It
+ * owns the inbox (one ring per peer), the pairs, and progress: polling the completion queue
+ * and dispatching each completion to its pair in O(1) by QP number. Waits come in two kinds:
+ * `waitSync` busy-polls (then sleeps) the calling thread; `waitAsync` shares one progress loop
+ * among every pending promise, so concurrent waiters never starve each other.
+ */
+import { WeftError } from '../errors.js';
+import { Deadline } from '../util/deadline.js';
+import { CompletionBatch, Opcode, Status, statusName, type Device as NicDevice, type MemoryRegion, type QueuePair } from '../nic/types.js';
+import { ringGeometry, type RingGeometry } from './layout.js';
+import type { TransportOp } from './ops.js';
+import { Pair, type PairHost } from './pair.js';
+
+/** Ring shape; every rank of a job must use the same. */
+export interface TransportOptions {
+  /** Payload bytes per ring slot (default 256 KiB; a multiple of 64). */
+  chunkBytes?: number;
+  /** Slots per peer ring (default 8). */
+  slots?: number;
+}
+
+const DEFAULT_CHUNK = 256 * 1024;
+const DEFAULT_SLOTS = 8;
+
+interface Waiter {
+  ops: readonly TransportOp[];
+  deadline: Deadline;
+  what: string;
+  resolve(): void;
+  reject(err: unknown): void;
+}
+
+export class Device implements PairHost {
+  readonly geometry: RingGeometry;
+  readonly inbox: MemoryRegion;
+  readonly staging: MemoryRegion;
+  readonly label: string;
+  readonly pairs: (Pair | undefined)[];
+  /** The error that aborted the job, if any: every later operation fails with it. */
+  failure: WeftError | undefined;
+  private readonly byQpn: (Pair | undefined)[] = [];
+  private readonly batch = new CompletionBatch(256);
+  private readonly waiters: Waiter[] = [];
+  private looping = false;
+  private closed = false;
+
+  constructor(
+    readonly nic: NicDevice,
+    readonly rank: number,
+    readonly size: number,
+    options: TransportOptions = {},
+  ) {
+    const chunk = options.chunkBytes ?? DEFAULT_CHUNK;
+    const slots = options.slots ?? DEFAULT_SLOTS;
+    if (!Number.isInteger(chunk) || chunk < 64 || chunk % 64 !== 0 || chunk > 2 ** 26) throw new WeftError('EINVAL', `transport: chunkBytes must be a multiple of 64 between 64 and 64 MiB, got ${chunk}`);
+    if (!Number.isInteger(slots) || slots < 1 || slots > 1024) throw new WeftError('EINVAL', `transport: slots must be an integer in [1, 1024], got ${slots}`);
+    this.geometry = ringGeometry(chunk, slots);
+    this.label = nic.label;
+    this.inbox = nic.allocate(Math.max(64, size * this.geometry.ringBytes));
+    // shm writes straight into the peer's ring: the staging region only serves as the local
+    // side of 0-byte doorbells. ofi copies into a staging ring that mirrors the peer's.
+    this.staging = nic.allocate(nic.provider === 'shm' ? 64 : Math.max(64, size * this.geometry.ringBytes));
+    this.pairs = new Array(size).fill(undefined);
+  }
+
+  /** The inbox descriptor every peer needs (published with the QP addresses). */
+  descriptor(): Uint8Array {
+    return this.inbox.descriptor();
+  }
+
+  /** Wraps connected QPs (qps[p] toward rank p) into pairs, given each peer's inbox descriptor. */
+  connect(qps: readonly (QueuePair | undefined)[], inboxes: readonly Uint8Array[]): void {
+    qps.forEach((qp, p) => {
+      if (!qp || p === this.rank) return;
+      const pair = new Pair(this, p, qp);
+      pair.attach(inboxes[p]);
+      this.pairs[p] = pair;
+      this.byQpn[qp.qpn] = pair;
+    });
+  }
+
+  pair(p: number): Pair {
+    const pair = this.pairs[p];
+    if (!pair) throw new WeftError('EINVAL', `${this.label}: no pair toward rank ${p} (world size ${this.size}${p === this.rank ? '; that is this rank' : ''})`);
+    return pair;
+  }
+
+  /** Polls completions and dispatches them; returns how many were handled. */
+  progress(): number {
+    let total = 0;
+    for (;;) {
+      const b = this.batch;
+      const n = this.nic.cq.poll(b);
+      for (let i = 0; i < n; i++) {
+        const pair = this.byQpn[b.qpn[i]];
+        if (!pair) continue;
+        if (b.status[i] !== Status.SUCCESS) {
+          this.pairFailed(pair, b.errors[i], b.status[i]);
+        } else if (b.opcode[i] === Opcode.RECV_WRITE_IMM) {
+          pair.onImm(b.imm[i]);
+        }
+      }
+      total += n;
+      if (n < b.capacity) return total;
+    }
+  }
+
+  private pairFailed(pair: Pair, err: WeftError | undefined, status: number): void {
+    if (pair.error) return;
+    const dead = status === Status.PEER_DEAD;
+    const e = new WeftError(dead ? 'EPEERDEAD' : (err?.code ?? 'ETRANSPORT'), `${this.label}: rank ${pair.peer} ${dead ? 'died' : `failed (${statusName(status)})`}: ${err?.message ?? ''}`, { cause: err });
+    pair.fail(e);
+    // The others may be waiting on ranks that wait on the dead one: tell everybody.
+    this.abort(e);
+  }
+
+  /**
+   * Aborts the job: fails every operation here and tells every live peer, whose operations then
+   * fail with this reason too. The context cannot be used afterwards.
+   */
+  abort(err: WeftError): void {
+    if (this.failure) return;
+    this.failure = err;
+    for (const p of this.pairs) p?.sendAbort(`rank ${this.rank}: ${err.message}`);
+    for (const p of this.pairs) p?.fail(err);
+    this.settleWaiters();
+  }
+
+  peerAborted(peer: number, reason: string): void {
+    if (this.failure) return;
+    const err = new WeftError('ECLOSED', `${this.label}: the job was aborted by rank ${peer}: ${reason}`);
+    this.failure = err;
+    for (const p of this.pairs) p?.fail(err);
+    this.settleWaiters();
+  }
+
+  /** Throws the job's failure, if any, before an operation starts. */
+  checkUsable(what: string): void {
+    if (this.closed) throw new WeftError('ECLOSED', `${this.label}: ${what}: the context is closed`);
+    if (this.failure) throw new WeftError(this.failure.code, `${this.label}: ${what}: the job was aborted earlier: ${this.failure.message}`, { cause: this.failure });
+  }
+
+  // ------------------------------------------------------------------ waits
+
+  /** Busy-polls until every op settled; throws the first failure or the timeout. */
+  waitSync(ops: readonly TransportOp[], deadline: Deadline, what: string): void {
+    for (;;) {
+      this.progress();
+      const r = this.check(ops, deadline, what);
+      if (r === true) return;
+      if (r) throw r;
+      try {
+        this.nic.cq.waitSync({ timeoutMs: Math.max(0, Math.min(deadline.remaining(), 20)) });
+      } catch (err) {
+        if ((err as WeftError).code !== 'ETIMEDOUT') throw err;
+      }
+    }
+  }
+
+  /** Resolves when every op settled; rejects with the first failure or the timeout. */
+  waitAsync(ops: readonly TransportOp[], deadline: Deadline, what: string): Promise<void> {
+    this.progress();
+    const r = this.check(ops, deadline, what);
+    if (r === true) return Promise.resolve();
+    if (r) return Promise.reject(r);
+    return new Promise<void>((resolve, reject) => {
+      const w: Waiter = { ops, deadline, what, resolve, reject };
+      this.waiters.push(w);
+      const signal = deadline.signal;
+      if (signal) {
+        const onAbort = () => this.settleWaiters();
+        signal.addEventListener('abort', onAbort, { once: true });
+        const done = () => signal.removeEventListener('abort', onAbort);
+        w.resolve = () => (done(), resolve());
+        w.reject = (e) => (done(), reject(e));
+      }
+      if (!this.looping) void this.loop();
+    });
+  }
+
+  private async loop(): Promise<void> {
+    this.looping = true;
+    try {
+      while (this.waiters.length > 0) {
+        this.progress();
+        this.settleWaiters();
+        if (this.waiters.length === 0) break;
+        let slice = 20;
+        for (const w of this.waiters) slice = Math.min(slice, w.deadline.remaining());
+        try {
+          await this.nic.cq.wait({ timeoutMs: Math.max(0, slice) });
+        } catch (err) {
+          if ((err as WeftError).code !== 'ETIMEDOUT') {
+            for (const w of this.waiters.splice(0)) w.reject(err);
+          }
+        }
+      }
+    } finally {
+      this.looping = false;
+    }
+  }
+
+  private settleWaiters(): void {
+    for (let i = 0; i < this.waiters.length; i++) {
+      const w = this.waiters[i];
+      const r = this.check(w.ops, w.deadline, w.what);
+      if (r === false) continue;
+      this.waiters.splice(i--, 1);
+      if (r === true) w.resolve();
+      else w.reject(r);
+    }
+  }
+
+  /** true: all done; an error: stop with it; false: keep waiting. */
+  private check(ops: readonly TransportOp[], deadline: Deadline, what: string): true | false | WeftError {
+    let all = true;
+    for (let i = 0; i < ops.length; i++) {
+      const op = ops[i];
+      if (op.error) return new WeftError(op.error.code, `${what}: ${op.error.message}`, { cause: op.error });
+      if (!op.done) all = false;
+    }
+    if (all) return true;
+    if (deadline.signal?.aborted) return new WeftError('EABORTED', `${what}: aborted by the caller's AbortSignal while waiting for ${this.pendingText(ops)}`, { cause: deadline.signal.reason });
+    if (deadline.remaining() <= 0) {
+      return new WeftError('ETIMEDOUT', `${what}: timed out after ${Math.round(deadline.timeoutMs)} ms waiting for ${this.pendingText(ops)}; is that rank alive and making the same call? Raise timeoutMs (or WEFT_TIMEOUT_MS) if it is just slow`);
+    }
+    return false;
+  }
+
+  private pendingText(ops: readonly TransportOp[]): string {
+    const pending = ops.filter((o) => !o.settled).map((o) => o.describe());
+    return pending.length > 3 ? `${pending.slice(0, 3).join('; ')} and ${pending.length - 3} more` : pending.join('; ');
+  }
+
+  /** Fails pending waits and releases the rings (the NIC device is closed by its owner). */
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    const err = new WeftError('ECLOSED', `${this.label}: the context was closed`);
+    for (const p of this.pairs) p?.fail(err);
+    for (const w of this.waiters.splice(0)) w.reject(err);
+  }
+}

@@ -1,0 +1,62 @@
+/**
+ * Byte layout of the transport's per-pair message rings (docs/wire-format.md, "Transport
+ * rings"). Every rank owns one inbox region holding a ring per peer; a peer writes its
+ * messages, split into chunks, into slots of its ring there, and rings the receiver with a
+ * WRITE_IMM whose immediate says what kind of event it is.
+ */
+
+/** Bytes of the header in front of every chunk's payload (64 keeps payloads cache-aligned). */
+export const HEADER_BYTES = 64;
+
+/** u32 word indexes of the chunk header. */
+export const H = {
+  MAGIC: 0,
+  /** Chunk sequence number on this pair (checks that chunks arrive in order). */
+  SEQ: 1,
+  SLOT_LO: 2,
+  SLOT_HI: 3,
+  /** Bytes of the whole message. */
+  TOTAL: 4,
+  /** Offset of this chunk in the message. */
+  OFFSET: 5,
+  /** Payload bytes of this chunk. */
+  LENGTH: 6,
+  /** Bound buffers: where the message lands in the receiver's buffer. */
+  ROFFSET: 7,
+  /** Collective signature (0 for point to point): see signature.ts. */
+  SIG: 8,
+  FLAGS: 9,
+} as const;
+
+/** 'WTM1' little-endian. */
+export const CHUNK_MAGIC = 0x314d5457;
+
+/** Header flag: the message is for a bound buffer (lands at ROFFSET). */
+export const FLAG_BOUND = 1;
+
+/** Immediate data: the top two bits say what the WRITE_IMM means. */
+export const KIND_SHIFT = 30;
+export const KIND_MASK = 0x3fffffff;
+/** A chunk landed in the next slot of the sender's ring. */
+export const KIND_DATA = 0;
+/** Low 30 bits: chunks the receiver has consumed (mod 2^30); frees ring slots at the sender. */
+export const KIND_CREDIT = 1;
+/** The sender aborted the job; the reason (UTF-8) is in the ring's reserved last slot. */
+export const KIND_ABORT = 2;
+
+/** Shape of one pair's ring. */
+export interface RingGeometry {
+  /** Payload bytes per slot (a multiple of 64). */
+  readonly chunkBytes: number;
+  /** Data slots; one more slot is reserved for the abort message. */
+  readonly slots: number;
+  /** HEADER_BYTES + chunkBytes. */
+  readonly stride: number;
+  /** (slots + 1) * stride. */
+  readonly ringBytes: number;
+}
+
+export function ringGeometry(chunkBytes: number, slots: number): RingGeometry {
+  const stride = HEADER_BYTES + chunkBytes;
+  return { chunkBytes, slots, stride, ringBytes: (slots + 1) * stride };
+}

@@ -1,0 +1,395 @@
+/**
+ * A Pair is this rank's end of the connection to one peer (Gloo's transport::Pair): one QP,
+ * the ring this rank writes in the peer's inbox, and the ring the peer writes in ours.
+ *
+ * Messages are split into chunks of at most `chunkBytes`; each chunk is a 64-byte header and
+ * its payload in the next ring slot, announced by a WRITE_IMM (KIND_DATA). The receiver hands
+ * each chunk to the matching receive (copy or reduce straight out of the ring) and returns
+ * slots in batches of half a ring with a KIND_CREDIT immediate. Chunks of one message are
+ * contiguous on a pair because sends leave in FIFO order.
+ *
+ * On shm the sender writes header and payload straight into the peer's ring through the
+ * mapped region (one copy) and the WRITE_IMM is a 0-byte doorbell; on ofi both go through a
+ * local staging ring that mirrors the peer's, and one WRITE_IMM carries them.
+ */
+import { WeftError } from '../errors.js';
+import { native } from '../native/binding.js';
+import { reduceInto } from '../reduce/index.js';
+import type { MemoryRegion, QueuePair, RemoteRegion } from '../nic/types.js';
+import * as L from './layout.js';
+import { RecvOp, type SendOp } from './ops.js';
+import { describeSignature } from './signature.js';
+
+/** What a pair needs from its device. */
+export interface PairHost {
+  readonly rank: number;
+  readonly label: string;
+  readonly geometry: L.RingGeometry;
+  /** This rank's inbox (all peers' rings) and staging (ofi) or doorbell (shm) memory. */
+  readonly inbox: MemoryRegion;
+  readonly staging: MemoryRegion;
+  /** A receive-side mismatch or protocol error: abort the whole job. */
+  abort(err: WeftError): void;
+  /** A peer told us the job is aborted. */
+  peerAborted(peer: number, reason: string): void;
+}
+
+/** A message that arrived before its receive was posted. */
+interface Unexpected {
+  slot: number;
+  total: number;
+  sig: number;
+  roffset: number;
+  bound: boolean;
+  data: Uint8Array;
+  got: number;
+}
+
+/** The message being received: the chunks that follow go to `op` or `held`. */
+interface Current {
+  op: RecvOp | undefined;
+  held: Unexpected | undefined;
+  total: number;
+  roffset: number;
+}
+
+const SMALL_COPY = 2048;
+
+function copyInto(dst: Uint8Array, dstOff: number, src: Uint8Array, srcOff: number, len: number): void {
+  if (len >= SMALL_COPY) native.copyBytes(dst, dstOff, src, srcOff, len);
+  else for (let i = 0; i < len; i++) dst[dstOff + i] = src[srcOff + i];
+}
+
+export class Pair {
+  error: WeftError | undefined;
+  private remote!: RemoteRegion;
+  /** Our ring in the peer's inbox: offset in the peer's region, and its bytes when mapped. */
+  private remoteBase = 0;
+  private direct: Uint8Array | undefined;
+  private directWords: Int32Array | undefined;
+  /** The peer's ring in our inbox. */
+  private readonly ring: Uint8Array;
+  private readonly ringWords: Int32Array;
+  private readonly stagingBase: number;
+  private readonly stagingWords: Int32Array;
+  // Send side.
+  private readonly sq: SendOp[] = [];
+  private sqHead = 0;
+  private sent = 0;
+  private acked = 0;
+  // Receive side.
+  private received = 0;
+  private consumed = 0;
+  private returned = 0;
+  private readonly posted = new Map<number, RecvOp[]>();
+  private readonly unexpected = new Map<number, Unexpected[]>();
+  private current: Current | undefined;
+
+  constructor(
+    private readonly host: PairHost,
+    readonly peer: number,
+    readonly qp: QueuePair,
+  ) {
+    const g = host.geometry;
+    const base = peer * g.ringBytes;
+    const bytes = host.inbox.bytes;
+    this.ring = bytes.subarray(base, base + g.ringBytes);
+    this.ringWords = new Int32Array(bytes.buffer, bytes.byteOffset + base, g.ringBytes >> 2);
+    const s = host.staging.bytes;
+    this.stagingBase = s.byteLength >= host.inbox.byteLength ? base : 0;
+    this.stagingWords = new Int32Array(s.buffer, s.byteOffset, s.byteLength >> 2);
+  }
+
+  /** Connects the ring to the peer's inbox (its descriptor, from the rendezvous). */
+  attach(inboxDescriptor: Uint8Array): void {
+    const g = this.host.geometry;
+    this.remote = this.qp.importRegion(inboxDescriptor);
+    this.remoteBase = this.host.rank * g.ringBytes;
+    if (this.remote.byteLength < this.remoteBase + g.ringBytes) {
+      throw new WeftError('EPROTO', `${this.host.label}: rank ${this.peer}'s inbox is ${this.remote.byteLength} bytes, too small for a ring per rank (${g.ringBytes} bytes each); start every rank with the same transport options`);
+    }
+    const d = this.remote.direct;
+    if (d) {
+      this.direct = d.subarray(this.remoteBase, this.remoteBase + g.ringBytes);
+      this.directWords = new Int32Array(d.buffer, d.byteOffset + this.remoteBase, g.ringBytes >> 2);
+    }
+  }
+
+  get idle(): boolean {
+    return this.sqHead === this.sq.length;
+  }
+
+  // ---------------------------------------------------------------- sending
+
+  send(op: SendOp): void {
+    if (this.error) return op.fail(this.error);
+    this.sq.push(op);
+    this.pump();
+  }
+
+  /** Writes queued chunks while the peer's ring has free slots. */
+  pump(): void {
+    const g = this.host.geometry;
+    while (this.sqHead < this.sq.length && this.sent - this.acked < g.slots && !this.error) {
+      const op = this.sq[this.sqHead];
+      if (op.settled) {
+        this.sqHead++;
+        continue;
+      }
+      const len = Math.min(g.chunkBytes, op.src.byteLength - op.pos);
+      this.writeChunk(op, len);
+      op.pos += len;
+      if (op.pos >= op.src.byteLength) {
+        op.done = true;
+        this.sqHead++;
+      }
+    }
+    if (this.sqHead === this.sq.length && this.sqHead > 0) {
+      this.sq.length = 0;
+      this.sqHead = 0;
+    } else if (this.sqHead > 64) {
+      this.sq.splice(0, this.sqHead);
+      this.sqHead = 0;
+    }
+  }
+
+  private writeChunk(op: SendOp, len: number): void {
+    const g = this.host.geometry;
+    const idx = this.sent % g.slots;
+    const off = idx * g.stride;
+    const seq = this.sent;
+    this.sent++;
+    const words = this.directWords ?? this.stagingWords;
+    const w = ((this.directWords ? 0 : this.stagingBase) + off) >> 2;
+    words[w + L.H.MAGIC] = L.CHUNK_MAGIC;
+    words[w + L.H.SEQ] = seq;
+    words[w + L.H.SLOT_LO] = op.slot % 2 ** 32;
+    words[w + L.H.SLOT_HI] = Math.floor(op.slot / 2 ** 32);
+    words[w + L.H.TOTAL] = op.src.byteLength;
+    words[w + L.H.OFFSET] = op.pos;
+    words[w + L.H.LENGTH] = len;
+    words[w + L.H.ROFFSET] = op.roffset;
+    words[w + L.H.SIG] = op.sig;
+    words[w + L.H.FLAGS] = op.flags;
+    if (this.direct) {
+      copyInto(this.direct, off + L.HEADER_BYTES, op.src, op.pos, len);
+      this.qp.postWriteImm(this.host.staging, 0, this.remote, this.remoteBase + off, 0, L.KIND_DATA << L.KIND_SHIFT, 0, false);
+    } else {
+      const s = this.stagingBase + off;
+      copyInto(this.host.staging.bytes, s + L.HEADER_BYTES, op.src, op.pos, len);
+      this.qp.postWriteImm(this.host.staging, s, this.remote, this.remoteBase + off, L.HEADER_BYTES + len, L.KIND_DATA << L.KIND_SHIFT, 0, false);
+    }
+  }
+
+  /** Tells the peer the job is aborted (uses the reserved slot: always room for it). */
+  sendAbort(reason: string): void {
+    if (this.error || !this.remote) return;
+    const g = this.host.geometry;
+    const text = new TextEncoder().encode(reason).subarray(0, g.chunkBytes);
+    const off = g.slots * g.stride;
+    try {
+      if (this.direct) {
+        this.directWords![(off >> 2) + L.H.LENGTH] = text.byteLength;
+        this.direct.set(text, off + L.HEADER_BYTES);
+        this.qp.postWriteImm(this.host.staging, 0, this.remote, this.remoteBase + off, 0, (L.KIND_ABORT << L.KIND_SHIFT) >>> 0, 0, false);
+      } else {
+        const s = this.stagingBase + off;
+        this.stagingWords[(s >> 2) + L.H.LENGTH] = text.byteLength;
+        this.host.staging.bytes.set(text, s + L.HEADER_BYTES);
+        this.qp.postWriteImm(this.host.staging, s, this.remote, this.remoteBase + off, L.HEADER_BYTES + text.byteLength, (L.KIND_ABORT << L.KIND_SHIFT) >>> 0, 0, false);
+      }
+    } catch {
+      // The QP is already gone: the peer learns from its own failure.
+    }
+  }
+
+  // -------------------------------------------------------------- receiving
+
+  /** Posts a receive; it may complete at once from an unexpected message. */
+  post(op: RecvOp): void {
+    if (this.error) return op.fail(this.error);
+    const held = this.unexpected.get(op.slot);
+    if (held?.length) {
+      for (let i = 0; i < held.length; i++) {
+        const u = held[i];
+        if (op.persistent !== u.bound) continue;
+        if (!this.matchable(op, u.total, u.sig)) return;
+        held.splice(i, 1);
+        op.matched = !op.persistent;
+        op.peer = this.peer;
+        this.deliver(op, u.data, 0, 0, u.got, u.total, u.roffset);
+        if (u.got === u.total) this.finish(op);
+        else if (this.current?.held === u) this.current = { op, held: undefined, total: u.total, roffset: u.roffset };
+        if (!op.persistent) return;
+        i--;
+      }
+    }
+    let q = this.posted.get(op.slot);
+    if (!q) this.posted.set(op.slot, (q = []));
+    q.push(op);
+  }
+
+  /** Stops matching `op` (cancelled receive); its bytes, if any arrived, stay delivered. */
+  unpost(op: RecvOp): void {
+    const q = this.posted.get(op.slot);
+    const i = q ? q.indexOf(op) : -1;
+    if (i >= 0) q!.splice(i, 1);
+  }
+
+  /** A WRITE_IMM from the peer landed in our inbox. */
+  onImm(imm: number): void {
+    const kind = imm >>> L.KIND_SHIFT;
+    if (kind === L.KIND_DATA) this.onChunk();
+    else if (kind === L.KIND_CREDIT) {
+      this.acked += ((imm & L.KIND_MASK) - (this.acked & L.KIND_MASK)) & L.KIND_MASK;
+      this.pump();
+    } else if (kind === L.KIND_ABORT) {
+      const g = this.host.geometry;
+      const off = g.slots * g.stride;
+      const len = Math.min(this.ringWords[(off >> 2) + L.H.LENGTH] >>> 0, g.chunkBytes);
+      this.host.peerAborted(this.peer, new TextDecoder().decode(this.ring.slice(off + L.HEADER_BYTES, off + L.HEADER_BYTES + len)));
+    } else {
+      this.protocolError(`unknown immediate kind ${kind}`);
+    }
+  }
+
+  private onChunk(): void {
+    const g = this.host.geometry;
+    const idx = this.received % g.slots;
+    const off = idx * g.stride;
+    const w = off >> 2;
+    const r = this.ringWords;
+    if (r[w + L.H.MAGIC] !== L.CHUNK_MAGIC || r[w + L.H.SEQ] !== (this.received | 0)) {
+      return this.protocolError(`chunk ${this.received} has a bad header (magic ${(r[w] >>> 0).toString(16)}, seq ${r[w + L.H.SEQ]}); a different weft version or a corrupted ring`);
+    }
+    this.received++;
+    const slot = (r[w + L.H.SLOT_HI] >>> 0) * 2 ** 32 + (r[w + L.H.SLOT_LO] >>> 0);
+    const total = r[w + L.H.TOTAL] >>> 0;
+    const offset = r[w + L.H.OFFSET] >>> 0;
+    const len = r[w + L.H.LENGTH] >>> 0;
+    const roffset = r[w + L.H.ROFFSET] >>> 0;
+    const sig = r[w + L.H.SIG] >>> 0;
+    const bound = (r[w + L.H.FLAGS] & L.FLAG_BOUND) !== 0;
+    if (len > g.chunkBytes || offset + len > total) return this.protocolError(`chunk ${this.received - 1} claims ${len} bytes at ${offset} of a ${total}-byte message`);
+    const payload = off + L.HEADER_BYTES;
+
+    let cur = this.current;
+    if (offset === 0) {
+      if (cur) return this.protocolError(`a new message started before the last one (${cur.total} bytes) ended`);
+      cur = this.current = { op: this.match(slot, total, sig, bound), held: undefined, total, roffset };
+      if (!cur.op) {
+        if (this.error) return;
+        const u: Unexpected = { slot, total, sig, roffset, bound, data: new Uint8Array(total), got: 0 };
+        let q = this.unexpected.get(slot);
+        if (!q) this.unexpected.set(slot, (q = []));
+        q.push(u);
+        cur.held = u;
+      }
+    } else if (!cur || offset !== (cur.op ? cur.op.got : cur.held!.got)) {
+      return this.protocolError(`chunk at offset ${offset} does not continue the current message`);
+    }
+    if (cur.op) {
+      this.deliver(cur.op, this.ring, payload, offset, len, total, cur.roffset);
+    } else {
+      const u = cur.held!;
+      copyInto(u.data, offset, this.ring, payload, len);
+      u.got += len;
+    }
+    if (offset + len === total) {
+      if (cur.op) this.finish(cur.op);
+      this.current = undefined;
+    }
+    this.consumed++;
+    if (this.consumed - this.returned >= g.slots >> 1 || g.slots === 1) this.returnCredits();
+  }
+
+  private returnCredits(): void {
+    this.returned = this.consumed;
+    try {
+      this.qp.postWriteImm(this.host.staging, 0, this.remote, this.remoteBase, 0, ((L.KIND_CREDIT << L.KIND_SHIFT) | (this.consumed & L.KIND_MASK)) >>> 0, 0, false);
+    } catch (err) {
+      this.fail(err as WeftError);
+    }
+  }
+
+  /** The first posted receive for `slot` that takes a message from this peer. */
+  private match(slot: number, total: number, sig: number, bound: boolean): RecvOp | undefined {
+    const q = this.posted.get(slot);
+    if (!q) return undefined;
+    for (let i = 0; i < q.length; i++) {
+      const op = q[i];
+      if (op.settled || (op.matched && !op.persistent)) {
+        q.splice(i--, 1);
+        continue;
+      }
+      if (op.persistent !== bound) continue;
+      if (!this.matchable(op, total, sig)) return undefined;
+      if (!op.persistent) {
+        q.splice(i, 1);
+        op.matched = true;
+        op.peer = this.peer;
+      }
+      return op;
+    }
+    return undefined;
+  }
+
+  /** Checks a message against the receive it matches; a mismatch aborts the job. */
+  private matchable(op: RecvOp, total: number, sig: number): boolean {
+    if (op.sig !== sig) {
+      this.host.abort(new WeftError('EINVAL', `${this.host.label}: ${describeSignature(op.sig)} got a message from rank ${this.peer}, which called ${describeSignature(sig)}; every rank must make the same collective calls in the same order, with the same dtype, op and root`));
+      return false;
+    }
+    const room = op.persistent ? op.dst.byteLength : op.nbytes < 0 ? op.dst.byteLength : op.nbytes;
+    if (op.nbytes >= 0 ? total !== op.nbytes : total > room) {
+      const what = op.sig ? describeSignature(op.sig) : `recv (slot ${op.slot})`;
+      this.host.abort(new WeftError('EINVAL', `${this.host.label}: ${what}: rank ${this.peer} sent ${total} bytes where this rank expects ${op.nbytes >= 0 ? op.nbytes : `at most ${room}`}; every rank must pass arrays of matching lengths (and dtypes)`));
+      return false;
+    }
+    return true;
+  }
+
+  private deliver(op: RecvOp, src: Uint8Array, srcOff: number, offset: number, len: number, total: number, roffset: number): void {
+    const at = (op.persistent ? roffset : 0) + offset;
+    if (at + len > op.dst.byteLength) return this.protocolError(`a message for slot ${op.slot} runs past the receive buffer (${at + len} > ${op.dst.byteLength} bytes)`);
+    const red = op.reduce;
+    if (red) {
+      const count = len / red.elementBytes;
+      const d = op.dst.subarray(at, at + len);
+      reduceInto(red.op, red.dtype, count, d, red.a.subarray(at, at + len), src.subarray(srcOff, srcOff + len));
+    } else {
+      copyInto(op.dst, at, src, srcOff, len);
+    }
+    op.got += len;
+    if (op.persistent && offset + len === total) op.got = 0;
+  }
+
+  private finish(op: RecvOp): void {
+    if (op.persistent) op.messages++;
+    else op.done = true;
+  }
+
+  // ------------------------------------------------------------------ errors
+
+  private protocolError(what: string): void {
+    this.host.abort(new WeftError('EPROTO', `${this.host.label}: malformed message from rank ${this.peer}: ${what}`));
+  }
+
+  /** Fails every operation of this pair. */
+  fail(err: WeftError): void {
+    if (!this.error) this.error = err;
+    for (let i = this.sqHead; i < this.sq.length; i++) this.sq[i].fail(err);
+    this.sq.length = 0;
+    this.sqHead = 0;
+    for (const q of this.posted.values()) for (const op of q) if (!op.matched || op.persistent) op.fail(err);
+    this.posted.clear();
+    if (this.current?.op) this.current.op.fail(err);
+  }
+
+  /** Receives posted here (for timeout messages). */
+  pendingReceives(): number {
+    let n = 0;
+    for (const q of this.posted.values()) for (const op of q) if (!op.settled && !op.matched) n++;
+    return n;
+  }
+}

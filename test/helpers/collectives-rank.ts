@@ -1,0 +1,242 @@
+// One rank of the collectives tests, started by `weft run` (or directly, for the kill test).
+// argv[2] is the mode:
+//   matrix    every collective x dtypes x sizes, checked against a reference computed here
+//   mismatch  rank 1 passes a different length (or dtype, with argv[3] = 'dtype')
+//   kill      allreduce in a loop; the last rank SIGKILLs itself mid-way
+// Prints "ok rank R: N checks" at the end, or throws (exit code 1) naming the failed case.
+import { init, WeftError, type Context, type TypedArray } from '../../src/index.js';
+import type { ReduceOp } from '../../src/reduce/index.js';
+
+type Ctor = { new (n: number): TypedArray; name: string; BYTES_PER_ELEMENT: number };
+const mode = process.argv[2] ?? 'matrix';
+const big = Number(process.env.WEFT_TEST_BIG ?? 1024 * 1024 + 3);
+const ctx = await init({ timeoutMs: Number(process.env.WEFT_TEST_TIMEOUT ?? 60_000) });
+const { rank, size } = ctx;
+let checks = 0;
+
+const isBig = (C: Ctor) => C.name.startsWith('Big');
+const isFloat = (C: Ctor) => C.name.startsWith('Float');
+const unsigned = (C: Ctor) => C.name.startsWith('Uint') || C.name.startsWith('BigUint');
+
+/** Small values so float sums are exact; the pattern differs per rank and per index. */
+function gen(C: Ctor, r: number, n: number, op: ReduceOp = 'sum', salt = 0): TypedArray {
+  const a = new C(n);
+  for (let i = 0; i < n; i++) {
+    let v = ((r * 7 + i * 3 + salt) % 11) - (unsigned(C) ? 0 : 5);
+    if (op === 'prod') v = unsigned(C) ? 1 + ((r + i) % 2) : ((r + i) % 3) - 1;
+    if (op === 'band' || op === 'bor' || op === 'bxor') v = (r * 37 + i * 11 + salt) % 127;
+    (a as unknown as (number | bigint)[])[i] = isBig(C) ? BigInt(v) : v;
+  }
+  return a;
+}
+
+function apply(op: ReduceOp, x: any, y: any): any {
+  switch (op) {
+    case 'sum': return x + y;
+    case 'prod': return typeof x === 'bigint' ? x * y : Math.fround(x * y) === x * y ? x * y : Math.imul(x, y);
+    case 'min': return x < y ? x : y;
+    case 'max': return x > y ? x : y;
+    case 'band': return x & y;
+    case 'bor': return x | y;
+    case 'bxor': return x ^ y;
+  }
+}
+
+/** Fold of gen(r) over ranks in rank order; assignment into C wraps like C integers. */
+function reference(C: Ctor, n: number, op: ReduceOp, salt = 0): TypedArray {
+  const out = gen(C, 0, n, op, salt) as any;
+  for (let r = 1; r < size; r++) {
+    const x = gen(C, r, n, op, salt) as any;
+    for (let i = 0; i < n; i++) out[i] = apply(op, out[i], x[i]);
+  }
+  return out;
+}
+
+function same(what: string, got: TypedArray, want: TypedArray, from = 0, len = want.length): void {
+  checks++;
+  if (got.length < from + len) throw new Error(`rank ${rank}: ${what}: result has ${got.length} elements, expected ${from + len}`);
+  for (let i = 0; i < len; i++) {
+    const g = (got as any)[from + i];
+    const w = (want as any)[i];
+    if (g !== w && !(Number.isNaN(g) && Number.isNaN(w))) throw new Error(`rank ${rank}: ${what}: element ${from + i} is ${g}, expected ${w}`);
+  }
+}
+
+const ALL: Ctor[] = [Float32Array, Float64Array, Int8Array, Uint8Array, Int16Array, Uint16Array, Int32Array, Uint32Array, BigInt64Array, BigUint64Array];
+const SIZES = [0, 1, 7, 1000];
+
+async function matrix(c: Context): Promise<void> {
+  // allreduce: every dtype with sum; every op on a few dtypes; each algorithm; in/out of place; async/sync.
+  for (const C of ALL) {
+    for (const n of [...SIZES, ...(C === Float32Array || C === Int32Array ? [big] : [])]) {
+      for (const algorithm of ['auto', 'direct', 'ring'] as const) {
+        if (n === big && algorithm === 'direct') continue;
+        const x = gen(C, rank, n);
+        await c.allreduce(x, { algorithm });
+        same(`allreduce ${C.name} n=${n} ${algorithm}`, x, reference(C, n, 'sum'));
+      }
+      const input = gen(C, rank, n);
+      const out = c.allreduceSync(input, { output: new C(n) });
+      same(`allreduceSync out-of-place ${C.name} n=${n}`, out, reference(C, n, 'sum'));
+      same(`allreduceSync leaves its input alone ${C.name} n=${n}`, input, gen(C, rank, n));
+    }
+  }
+  for (const C of [Float64Array, Int32Array, Uint8Array, BigInt64Array, Int16Array] as Ctor[]) {
+    for (const op of ['prod', 'min', 'max', 'band', 'bor', 'bxor'] as ReduceOp[]) {
+      if (isFloat(C) && op.startsWith('b')) continue;
+      for (const n of [7, 1000, 70_000]) {
+        const x = gen(C, rank, n, op);
+        await c.allreduce(x, { op, algorithm: n > 1000 ? 'ring' : 'auto' });
+        same(`allreduce ${op} ${C.name} n=${n}`, x, reference(C, n, op));
+      }
+    }
+  }
+
+  for (const C of [Float32Array, Int32Array, Uint8Array, BigUint64Array, Float64Array] as Ctor[]) {
+    const sizes = C === Float32Array ? [...SIZES, big] : SIZES;
+    for (const n of sizes) {
+      // broadcast from the last rank.
+      const root = size - 1;
+      const b = rank === root ? gen(C, 99, n) : new C(n);
+      await c.broadcast(b, { root });
+      same(`broadcast ${C.name} n=${n}`, b, gen(C, 99, n));
+
+      // allgather: block r from rank r.
+      const ag = new C(n * size);
+      c.allgatherSync(gen(C, rank, n), ag);
+      for (let r = 0; r < size; r++) same(`allgather ${C.name} n=${n} block ${r}`, ag, gen(C, r, n), r * n, n);
+
+      // reduceScatter: rank r keeps block r of the full reduction.
+      const rs = new C(n);
+      await c.reduceScatter(gen(C, rank, n * size), rs);
+      same(`reduceScatter ${C.name} n=${n}`, rs, reference(C, n * size, 'sum').subarray(rank * n, rank * n + n) as TypedArray);
+
+      // reduce to rank 1 % size, in place at the root.
+      const rroot = 1 % size;
+      const rd = gen(C, rank, n);
+      await c.reduce(rd, { root: rroot, op: 'max' });
+      if (rank === rroot) same(`reduce max ${C.name} n=${n}`, rd, reference(C, n, 'max'));
+      else same(`reduce leaves non-root input alone ${C.name} n=${n}`, rd, gen(C, rank, n, 'max'));
+
+      if (n > 1000) continue;
+      // gather / scatter at root 0.
+      const gout = rank === 0 ? new C(n * size) : undefined;
+      await c.gather(gen(C, rank, n), gout, { root: 0 });
+      if (gout) for (let r = 0; r < size; r++) same(`gather ${C.name} n=${n} block ${r}`, gout, gen(C, r, n), r * n, n);
+      const sout = new C(n);
+      await c.scatter(rank === 0 ? gen(C, 5, n * size) : undefined, sout, { root: 0 });
+      same(`scatter ${C.name} n=${n}`, sout, gen(C, 5, n * size).subarray(rank * n, rank * n + n) as TypedArray);
+
+      // alltoall: block p of rank r's input is gen(r, salt p).
+      const ain = new C(n * size);
+      for (let p = 0; p < size; p++) (ain as any).set(gen(C, rank, n, 'sum', p), p * n);
+      const aout = new C(n * size);
+      c.alltoallSync(ain, aout);
+      for (let p = 0; p < size; p++) same(`alltoall ${C.name} n=${n} from ${p}`, aout, gen(C, p, n, 'sum', rank), p * n, n);
+    }
+  }
+
+  // v-variants: rank r contributes r + 2 elements (and 0 for the last rank).
+  const counts = Array.from({ length: size }, (_, r) => (r === size - 1 ? 0 : r + 2));
+  const total = counts.reduce((a, b) => a + b, 0);
+  const agv = new Float64Array(total);
+  await c.allgatherv(gen(Float64Array, rank, counts[rank]) as Float64Array, agv, counts);
+  let o = 0;
+  for (let r = 0; r < size; r++) (same(`allgatherv block ${r}`, agv, gen(Float64Array, r, counts[r]), o, counts[r]), (o += counts[r]));
+  const gv = rank === size - 1 ? new Float64Array(total) : undefined;
+  await c.gatherv(gen(Float64Array, rank, counts[rank]) as Float64Array, gv, counts, { root: size - 1 });
+  if (gv) for (let r = 0, off = 0; r < size; off += counts[r], r++) same(`gatherv block ${r}`, gv, gen(Float64Array, r, counts[r]), off, counts[r]);
+  const rsv = new Int32Array(counts[rank]);
+  await c.reduceScatter(gen(Int32Array, rank, total) as Int32Array, rsv, { counts });
+  const rsOff = counts.slice(0, rank).reduce((a, b) => a + b, 0);
+  same('reduceScatter with counts', rsv, reference(Int32Array, total, 'sum').subarray(rsOff, rsOff + counts[rank]) as TypedArray);
+  // alltoallv: rank r sends (r + p) % 3 elements to p.
+  const sc = Array.from({ length: size }, (_, p) => (rank + p) % 3);
+  const rc = Array.from({ length: size }, (_, p) => (p + rank) % 3);
+  const vin = new Int32Array(sc.reduce((a, b) => a + b, 0));
+  for (let p = 0, off = 0; p < size; off += sc[p], p++) vin.set(gen(Int32Array, rank, sc[p], 'sum', p) as Int32Array, off);
+  const vout = new Int32Array(rc.reduce((a, b) => a + b, 0));
+  await c.alltoallv(vin, sc, vout, rc);
+  for (let p = 0, off = 0; p < size; off += rc[p], p++) same(`alltoallv from ${p}`, vout, gen(Int32Array, p, rc[p], 'sum', rank), off, rc[p]);
+
+  // float16 / bfloat16 over Uint16Array: 1.0 (0x3c00 / 0x3f80) summed over ranks.
+  const h = new Uint16Array(33).fill(0x3c00);
+  await c.allreduce(h, { float: 'float16' });
+  const hw = { 2: 0x4000, 3: 0x4200, 4: 0x4400, 5: 0x4500 }[size] ?? -1;
+  if (hw >= 0) same('allreduce float16', h, new Uint16Array(33).fill(hw));
+  const bf = new Uint16Array(9).fill(0x3f80);
+  await c.allreduce(bf, { float: 'bfloat16' });
+  const bw = { 2: 0x4000, 3: 0x4040, 4: 0x4080, 5: 0x40a0 }[size] ?? -1;
+  if (bw >= 0) same('allreduce bfloat16', bf, new Uint16Array(9).fill(bw));
+
+  // Point to point: a ring of tagged messages, then everyone to rank 0 received from any.
+  const right = (rank + 1) % size;
+  const left = (rank + size - 1) % size;
+  const inbox = new Float32Array(5000);
+  const rq = c.irecv(inbox, left, { tag: 3 });
+  await c.send(gen(Float32Array, rank, 5000) as Float32Array, right, { tag: 3 });
+  await rq.wait();
+  same('send/recv ring', inbox, gen(Float32Array, left, 5000));
+  if (rank === 0) {
+    const seen = new Set<number>();
+    for (let k = 1; k < size; k++) {
+      const buf = new Int32Array(4);
+      const from = await c.recv(buf, undefined, { tag: 9 });
+      same(`recv from any (rank ${from})`, buf, Int32Array.of(from, from, from, from));
+      seen.add(from);
+    }
+    if (seen.size !== size - 1) throw new Error(`rank 0: recv from any saw ${[...seen]}`);
+  } else {
+    c.sendSync(Int32Array.of(rank, rank, rank, rank), 0, { tag: 9 });
+  }
+
+  // Bad input: clear errors before anything is sent.
+  const bad = async (what: string, fn: () => unknown, re: RegExp) => {
+    checks++;
+    try {
+      await fn();
+    } catch (err) {
+      if (!(err instanceof WeftError) || err.code !== 'EINVAL' || !re.test(err.message)) throw new Error(`rank ${rank}: ${what}: wrong error ${err}`);
+      return;
+    }
+    throw new Error(`rank ${rank}: ${what}: no error`);
+  };
+  await bad('non-array', () => c.allreduce([1, 2, 3] as never), /typed array/);
+  await bad('bitwise on floats', () => c.allreduce(new Float32Array(4), { op: 'bxor' }), /bxor.*float32|float32.*bxor/);
+  await bad('bad root', () => c.broadcast(new Int32Array(4), { root: size }), /root/);
+  await bad('output length', () => c.allgather(new Int32Array(4), new Int32Array(5)), /output has 5 elements/);
+  await bad('type mix', () => c.allreduce(new Int32Array(4), { output: new Float32Array(4) as never }), /Int32Array but output is a Float32Array/);
+  await bad('tag', () => c.barrier({ tag: -1 }), /tag/);
+  await bad('send to self', () => c.send(new Int32Array(1), rank), /not a peer/);
+
+  await c.barrier();
+  c.barrierSync({ tag: 1 });
+}
+
+if (mode === 'matrix') {
+  await matrix(ctx);
+  console.log(`ok rank ${rank}: ${checks} checks`);
+  await ctx.close();
+} else if (mode === 'mismatch') {
+  const dtype = process.argv[3] === 'dtype';
+  const x = dtype && rank === 1 ? new Float64Array(1000) : new Float32Array(rank === 1 && !dtype ? 999 : 1000);
+  try {
+    await ctx.allreduce(x as Float32Array, { timeoutMs: 20_000 });
+    console.log(`rank ${rank}: no error`);
+  } catch (err) {
+    console.log(`rank ${rank} error ${(err as WeftError).code}: ${(err as Error).message}`);
+  }
+  process.exit(0);
+} else if (mode === 'kill') {
+  const x = new Float32Array(Number(process.argv[3] ?? 300_000));
+  const t0 = performance.now();
+  try {
+    for (let i = 0; ; i++) {
+      if (rank === size - 1 && i === 20) process.kill(process.pid, 'SIGKILL');
+      await ctx.allreduce(x, { timeoutMs: 10_000 });
+    }
+  } catch (err) {
+    console.log(`rank ${rank} error after ${Math.round(performance.now() - t0)} ms ${(err as WeftError).code}: ${(err as Error).message}`);
+  }
+  process.exit(0);
+}
