@@ -597,9 +597,20 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
     if (poll_) uv_poll_stop(poll_);
     if (timer_) uv_timer_stop(timer_);
     if (deferred_) {
+      // A uv callback is not a JS call: without a callback scope the promise's continuations
+      // (microtasks) would wait for some unrelated callback to run them.
       napi_handle_scope scope;
       napi_open_handle_scope(env_, &scope);
+      napi_value resource, name;
+      napi_create_object(env_, &resource);
+      napi_create_string_utf8(env_, "weft:ofi-wait", NAPI_AUTO_LENGTH, &name);
+      napi_async_context actx;
+      napi_async_init(env_, resource, name, &actx);
+      napi_callback_scope cscope;
+      napi_open_callback_scope(env_, resource, actx, &cscope);
       Settle(ready);
+      napi_close_callback_scope(env_, cscope);
+      napi_async_destroy(env_, actx);
       napi_close_handle_scope(env_, scope);
       Unref();
     }
