@@ -23,6 +23,11 @@ export interface TransportOptions {
 const DEFAULT_CHUNK = 256 * 1024;
 const DEFAULT_SLOTS = 8;
 
+/** Drops a leading "rank N: " so wrapped messages name the rank once. */
+function unlabel(message: string, label: string): string {
+  return message.startsWith(`${label}: `) ? message.slice(label.length + 2) : message;
+}
+
 interface Waiter {
   ops: readonly TransportOp[];
   deadline: Deadline;
@@ -217,7 +222,7 @@ export class Device implements PairHost {
     let all = true;
     for (let i = 0; i < ops.length; i++) {
       const op = ops[i];
-      if (op.error) return new WeftError(op.error.code, `${what}: ${op.error.message}`, { cause: op.error });
+      if (op.error) return new WeftError(op.error.code, `${what}: ${unlabel(op.error.message, this.label)}`, { cause: op.error });
       if (!op.done) all = false;
     }
     if (all) return true;

@@ -18,8 +18,20 @@ const isBig = (C: Ctor) => C.name.startsWith('Big');
 const isFloat = (C: Ctor) => C.name.startsWith('Float');
 const unsigned = (C: Ctor) => C.name.startsWith('Uint') || C.name.startsWith('BigUint');
 
+const memo = new Map<string, TypedArray>();
+/** A fresh copy of a memoized array (the reference folds over every rank's data). */
+function cached(key: string, make: () => TypedArray): TypedArray {
+  let a = memo.get(key);
+  if (!a) memo.set(key, (a = make()));
+  return a.slice() as TypedArray;
+}
+
 /** Small values so float sums are exact; the pattern differs per rank and per index. */
 function gen(C: Ctor, r: number, n: number, op: ReduceOp = 'sum', salt = 0): TypedArray {
+  return cached(`g ${C.name} ${r} ${n} ${op} ${salt}`, () => genRaw(C, r, n, op, salt));
+}
+
+function genRaw(C: Ctor, r: number, n: number, op: ReduceOp, salt: number): TypedArray {
   const a = new C(n);
   for (let i = 0; i < n; i++) {
     let v = ((r * 7 + i * 3 + salt) % 11) - (unsigned(C) ? 0 : 5);
@@ -44,6 +56,10 @@ function apply(op: ReduceOp, x: any, y: any): any {
 
 /** Fold of gen(r) over ranks in rank order; assignment into C wraps like C integers. */
 function reference(C: Ctor, n: number, op: ReduceOp, salt = 0): TypedArray {
+  return cached(`r ${C.name} ${n} ${op} ${salt}`, () => referenceRaw(C, n, op, salt));
+}
+
+function referenceRaw(C: Ctor, n: number, op: ReduceOp, salt: number): TypedArray {
   const out = gen(C, 0, n, op, salt) as any;
   for (let r = 1; r < size; r++) {
     const x = gen(C, r, n, op, salt) as any;
@@ -226,7 +242,7 @@ if (mode === 'matrix') {
   } catch (err) {
     console.log(`rank ${rank} error ${(err as WeftError).code}: ${(err as Error).message}`);
   }
-  process.exit(0);
+  await ctx.close({ timeoutMs: 10_000 });
 } else if (mode === 'kill') {
   const x = new Float32Array(Number(process.argv[3] ?? 300_000));
   const t0 = performance.now();
@@ -238,5 +254,5 @@ if (mode === 'matrix') {
   } catch (err) {
     console.log(`rank ${rank} error after ${Math.round(performance.now() - t0)} ms ${(err as WeftError).code}: ${(err as Error).message}`);
   }
-  process.exit(0);
+  await ctx.close({ timeoutMs: 3000 });
 }

@@ -1,0 +1,102 @@
+// Collectives across real processes: `weft run -n N` starts the ranks of
+// test/helpers/collectives-rank.ts, each checks every result against its own reference.
+// Normal runs: shm at 2..5 ranks and ofi (tcp) at 2 and 3 with the full size set (up to
+// 1 MiB + 3 elements), ofi at 4 and 5 with a smaller large size; WEFT_SOAK=1 runs everything
+// at full size.
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { spawn } from 'node:child_process';
+import net from 'node:net';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const root = path.resolve(here, '..', '..', '..');
+const WEFT = path.join(root, 'bin', 'weft.js');
+const RANK = path.join(root, 'dist', 'test', 'helpers', 'collectives-rank.js');
+const soak = process.env.WEFT_SOAK === '1';
+const hasOfi = (await import('../../src/native/binding.js')).native.ofi.available;
+
+interface Run {
+  code: number | null;
+  out: string;
+  ms: number;
+}
+
+function run(cmd: string[], env: Record<string, string>, timeoutMs: number): Promise<Run> {
+  const t0 = performance.now();
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, cmd, { env: { ...process.env, NO_COLOR: '1', ...env }, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+    let out = '';
+    child.stdout.on('data', (d) => (out += d));
+    child.stderr.on('data', (d) => (out += d));
+    const timer = setTimeout(() => {
+      out += `\n(test: killed after ${timeoutMs} ms)`;
+      try {
+        process.kill(-(child.pid as number), 'SIGKILL');
+      } catch {}
+    }, timeoutMs);
+    child.on('exit', (code) => {
+      clearTimeout(timer);
+      resolve({ code, out, ms: performance.now() - t0 });
+    });
+  });
+}
+
+function matrix(provider: string, n: number, big?: number): void {
+  test(`every collective, ${n} ranks over ${provider}${big ? ` (large size ${big})` : ''}`, async () => {
+    const env: Record<string, string> = { WEFT_PROVIDER: provider };
+    if (big) env.WEFT_TEST_BIG = String(big);
+    const r = await run([WEFT, 'run', '-n', String(n), RANK, 'matrix'], env, 600_000);
+    assert.is(r.code, 0, r.out.slice(-3000));
+    for (let k = 0; k < n; k++) assert.match(r.out, new RegExp(`ok rank ${k}: \\d+ checks`));
+  });
+}
+
+for (const n of [2, 3, 4, 5]) matrix('shm', n);
+if (hasOfi) {
+  for (const n of [2, 3]) matrix('ofi', n);
+  for (const n of [4, 5]) matrix('ofi', n, soak ? undefined : 70_001);
+}
+
+test('ranks passing different lengths to allreduce: every rank gets a clear error', async () => {
+  const r = await run([WEFT, 'run', '-n', '3', RANK, 'mismatch'], {}, 60_000);
+  assert.is(r.code, 0, r.out);
+  for (let k = 0; k < 3; k++) assert.match(r.out, new RegExp(`rank ${k} error EINVAL`), r.out);
+  assert.match(r.out, /rank 1 sent 3996 bytes where this rank expects 4000|expects 3996/, r.out);
+  assert.ok(r.ms < 30_000, `took ${r.ms} ms`);
+});
+
+test('ranks passing different dtypes: the error names both calls', async () => {
+  const r = await run([WEFT, 'run', '-n', '3', RANK, 'mismatch', 'dtype'], {}, 60_000);
+  for (let k = 0; k < 3; k++) assert.match(r.out, new RegExp(`rank ${k} error EINVAL`), r.out);
+  assert.match(r.out, /allreduce\(float32, sum\).*allreduce\(float64, sum\)|allreduce\(float64, sum\).*allreduce\(float32, sum\)/, r.out);
+});
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve) => {
+    const s = net.createServer().listen(0, '127.0.0.1', () => {
+      const port = (s.address() as net.AddressInfo).port;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+for (const provider of hasOfi ? ['shm', 'ofi'] : ['shm']) {
+  test(`a rank killed mid-allreduce (${provider}): the others reject within the timeout, naming it`, async () => {
+    const port = await freePort();
+    const env = (rank: number) => ({ WEFT_PROVIDER: provider, RANK: String(rank), WORLD_SIZE: '3', MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(port), WEFT_PREFIX: `kill${process.pid}${provider}` });
+    const runs = [0, 1, 2].map((rank) => run([RANK, 'kill'], env(rank), 60_000));
+    const [r0, r1, r2] = await Promise.all(runs);
+    assert.is(r2.code, null, `rank 2 should die by SIGKILL: ${r2.out}`);
+    for (const [k, r] of [[0, r0], [1, r1]] as const) {
+      const m = /rank \d error after (\d+) ms (E[A-Z]+): (.*)/.exec(r.out);
+      assert.ok(m, `rank ${k}: ${r.out}`);
+      assert.match(m![3], /rank 2/, `rank ${k} should name rank 2: ${m![3]}`);
+      // Within the 10 s operation timeout (plus the time of the 20 allreduces before the kill).
+      assert.ok(r.ms < 40_000, `rank ${k} took ${r.ms} ms`);
+    }
+  });
+}
+
+test.run();
