@@ -4,7 +4,7 @@
  */
 import { native, type ReduceIsa } from '../native/binding.js';
 import { WeftError } from '../errors.js';
-import { REDUCE_DTYPES, REDUCE_OPS, dtypeCode, isBitwiseOp, isFloatDType, opCode, type DType, type ReduceOp } from './codes.js';
+import { MAX_SOURCES, REDUCE_DTYPES, REDUCE_OPS, dtypeCode, isBitwiseOp, isFloatDType, opCode, type DType, type ReduceOp } from './codes.js';
 
 export type { ReduceIsa };
 
@@ -70,8 +70,13 @@ export function reduceInto(op: ReduceOp, dtype: DType, count: number, dst: Array
  */
 export function reduceMany(op: ReduceOp, dtype: DType, count: number, dst: ArrayBufferView, srcs: readonly ArrayBufferView[]): void {
   const [o, d] = codes(op, dtype, 'reduceMany');
+  if (!Array.isArray(srcs) || srcs.length < 1 || srcs.length > MAX_SOURCES) {
+    const got = Array.isArray(srcs) ? `${srcs.length} views` : `a ${typeof srcs}`;
+    throw new WeftError('EINVAL', `reduceMany: srcs must be an array of 1..${MAX_SOURCES} views, got ${got}`);
+  }
   try {
-    native.reduceMany(o, d, count, dst, srcs);
+    // Spread: the addon then gets every view in one argument read instead of a lookup each.
+    native.reduceMany(o, d, count, dst, ...srcs);
   } catch (err) {
     rethrow('reduceMany', err);
   }

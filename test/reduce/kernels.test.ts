@@ -148,7 +148,7 @@ test('checkReducible and the wrappers reject what is not defined', () => {
   assert.throws(() => reduceInto('bor', 'bfloat16', 4, f, f, f), isWeft('EINVAL', /reduceInto: op 'bor' is not defined for bfloat16/));
   assert.throws(() => reduceInto('avg' as ReduceOp, 'float32', 4, f, f, f), isWeft('EINVAL', /unknown op 'avg'/));
   assert.throws(() => reduceInto('sum', 'complex64' as DType, 4, f, f, f), isWeft('EINVAL', /unknown dtype 'complex64'/));
-  assert.throws(() => reduceMany('sum', 'float32', 4, f, []), isWeft('EINVAL', /reduceMany: srcs must hold 1..64 views, got 0/));
+  assert.throws(() => reduceMany('sum', 'float32', 4, f, []), isWeft('EINVAL', /reduceMany: srcs must be an array of 1..64 views, got 0 views/));
 });
 
 test('bad views throw with a clear message, never crash', () => {
@@ -185,8 +185,8 @@ test('reduceMany: argument and aliasing checks', () => {
   assert.throws(() => reduceMany('sum', 'int32', 16, k[2], k), isWeft('EINVAL', /dst overlaps srcs\[2\]; it may only be the very same memory as srcs\[0\] or srcs\[1\]/));
   assert.throws(() => reduceMany('sum', 'int32', 16, out, [k[0], k[1].subarray(1)]), isWeft('EINVAL', /srcs\[1\] holds 60 bytes but 16 int32 need 64/));
   assert.throws(() => reduceMany('sum', 'int32', 16, out, [k[0], 5 as unknown as Int32Array]), isWeft('EINVAL', /srcs\[1\] must be a TypedArray/));
-  assert.throws(() => reduceMany('sum', 'int32', 16, out, k[0] as unknown as Int32Array[]), isWeft('EINVAL', /srcs must be an array/));
-  assert.throws(() => reduceMany('sum', 'int32', 16, out, Array(65).fill(k[0])), isWeft('EINVAL', /1..64 views, got 65/));
+  assert.throws(() => reduceMany('sum', 'int32', 16, out, k[0] as unknown as Int32Array[]), isWeft('EINVAL', /srcs must be an array of 1..64 views, got a object/));
+  assert.throws(() => reduceMany('sum', 'int32', 16, out, Array(65).fill(k[0])), isWeft('EINVAL', /1..64 views, got 65 views/));
   reduceMany('max', 'int32', 16, out, Array(64).fill(k[0]));
   assert.is(out[0], 1);
 });
@@ -201,6 +201,16 @@ test('the raw native entry points validate codes and arity', () => {
   assert.throws(() => native.reduce(4, 0, 4, f, f, f), err(TypeError, /op 'band' is not defined for float32/));
   assert.throws(() => (native.reduce as unknown as (...a: unknown[]) => void)(0, 0, 4, f), err(TypeError, /expected 6 arguments/));
   assert.throws(() => (native.reduceMany as unknown as (...a: unknown[]) => void)(0, 0, 4, f), err(TypeError, /expected 5 arguments/));
+  // Sources as one array or spread; not both, and at most 64 either way.
+  const one = new Float32Array([1, 2, 3, 4]);
+  native.reduceMany(0, 0, 4, f, [one, one, one]);
+  assert.equal([...f], [3, 6, 9, 12]);
+  native.reduceMany(3, 0, 4, f, one, f);
+  assert.equal([...f], [3, 6, 9, 12]);
+  assert.throws(() => (native.reduceMany as unknown as (...a: unknown[]) => void)(0, 0, 4, f, [one], one), err(TypeError, /one array or as trailing views, not both/));
+  assert.throws(() => native.reduceMany(0, 0, 4, f, ...Array(65).fill(one)), err(RangeError, /1..64 views, got 65/));
+  assert.throws(() => native.reduceMany(0, 0, 4, f, Array(65).fill(one)), err(RangeError, /1..64 views, got 65/));
+  assert.throws(() => native.reduceMany(0, 0, 4, f, [one, 7 as unknown as Float32Array]), err(TypeError, /srcs\[1\] must be a TypedArray/));
 });
 
 test('every ISA level this CPU runs passes the whole matrix (one child process each)', async () => {
