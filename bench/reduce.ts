@@ -2,7 +2,9 @@
  * `weft bench reduce`: float32 sum done in place (acc = acc + x, an allreduce step) at 4 KiB,
  * 64 KiB, 1 MiB and 16 MiB, through the native kernels at every SIMD level this CPU runs (one
  * child process per WEFT_REDUCE_ISA, since the level is fixed at load), reduceMany over 4
- * sources, a plain JS loop, and single-thread memcpy as the memory-bandwidth yardstick.
+ * sources, a plain JS loop, and single-thread memcpy as the memory-bandwidth yardstick. The
+ * "kernel only" rows time the same kernel inside the addon (reduceKernelSeconds), without the
+ * N-API call, which is what dominates at 4 KiB.
  *
  * GB/s counts bytes read plus bytes written (a pairwise sum touches 12 B per element,
  * reduceMany over k sources (k + 1) x 4 B, memcpy 8 B), so every row is comparable with what
@@ -64,6 +66,20 @@ function records(provider: string, bytes: number, elements: number, traffic: num
   ];
 }
 
+/** The kernel alone, timed inside the addon: what the level itself buys, minus the call. */
+function measureKernel(quick: boolean): BenchRecord[] {
+  const isa = reduceIsa();
+  const out: BenchRecord[] = [];
+  for (const bytes of SIZES) {
+    const n = bytes / 4;
+    const iters = Math.max(4, Math.round(((quick ? 64 : 256) << 20) / bytes));
+    const runs: number[] = [];
+    for (let r = 0; r < 5; r++) runs.push(native.reduceKernelSeconds(0, 0, n, iters) / iters);
+    out.push(...records(`kernel:${isa}`, bytes, n, 3 * bytes, { seconds: median(runs), rme: NaN, samples: runs.length }));
+  }
+  return out;
+}
+
 /** The native rows of the level this process loaded. */
 async function measureNative(timeMs: number): Promise<BenchRecord[]> {
   const isa = reduceIsa();
@@ -121,9 +137,9 @@ function measureMemcpy(quick: boolean): BenchRecord[] {
   return out;
 }
 
-function runChild(isa: string, timeMs: number): Promise<BenchRecord[]> {
+function runChild(isa: string, timeMs: number, quick: boolean): Promise<BenchRecord[]> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [SELF, '--child', '--time', String(timeMs)], {
+    const child = spawn(process.execPath, [SELF, '--child', '--time', String(timeMs), ...(quick ? ['--quick'] : [])], {
       env: { ...process.env, WEFT_REDUCE_ISA: isa },
       stdio: ['ignore', 'pipe', 'inherit'],
     });
@@ -143,7 +159,11 @@ export function reduceReport(recs: BenchRecord[]): string {
     const r = recs.find((x) => x.provider === provider && x.bytes === bytes && x.metric === metric);
     return r ? r.median.toFixed(r.median >= 10 ? 1 : 2) : '';
   };
-  const label = (p: string) => p.replace(/^native:(\w+):many(\d+)$/, 'reduceMany $2 srcs, $1').replace(/^native:/, 'native ');
+  const label = (p: string) =>
+    p
+      .replace(/^native:(\w+):many(\d+)$/, 'reduceMany $2 srcs, $1')
+      .replace(/^native:/, 'reduceInto ')
+      .replace(/^kernel:(\w+)$/, 'kernel only, $1');
   const header = ['float32 sum', ...SIZES.map(formatBytes)];
   return [
     'G elements/s (elements combined per second)',
@@ -167,7 +187,7 @@ export async function benchReduce(opts: ReduceBenchOptions): Promise<BenchRecord
     if (opts.json) for (const r of rs) console.log(JSON.stringify(r));
   };
   // Levels one after another: two cores, and each run should have the memory bus to itself.
-  for (const isa of supportedReduceIsas()) emit(await runChild(isa, timeMs));
+  for (const isa of supportedReduceIsas()) emit(await runChild(isa, timeMs, opts.quick));
   emit(await measureJs(timeMs));
   emit(measureMemcpy(opts.quick));
   const file = saveResults('reduce', all, { date: new Date().toISOString(), node: process.version, timeMs, isas: supportedReduceIsas() });
@@ -187,7 +207,7 @@ async function main(): Promise<void> {
     .parse();
   const o = program.opts<{ time: string; json?: boolean; quick?: boolean; child?: boolean }>();
   if (o.child) {
-    for (const r of await measureNative(Number(o.time))) console.log(JSON.stringify(r));
+    for (const r of [...measureKernel(!!o.quick), ...(await measureNative(Number(o.time)))]) console.log(JSON.stringify(r));
     return;
   }
   await benchReduce({ timeMs: Number(o.time), json: !!o.json, quick: !!o.quick });

@@ -2,9 +2,11 @@
 // reduceMany(op, dtype, count, dst, srcs). The collectives call these once per chunk, often on
 // views of other processes' shared segments, so the entry points use raw napi_* calls, check
 // every view's bounds (a bad argument throws, never crashes) and allocate nothing.
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "addon.h"
 #include "reduce.h"
@@ -220,6 +222,32 @@ napi_value ReduceMany(napi_env env, napi_callback_info cb) {
   return nullptr;
 }
 
+// reduceKernelSeconds(op, dtype, count, iterations): seconds for `iterations` in-place kernel
+// runs (acc = acc op x) over `count` elements of private buffers: the kernel's own speed, with
+// no N-API crossing or argument checks, for bench/reduce.ts (as memcpyBandwidth is for copies).
+Napi::Value ReduceKernelSeconds(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 4 || !info[3].IsNumber()) return Fail(env, "EINVAL", "reduceKernelSeconds(op, dtype, count, iterations)");
+  napi_value head[3] = {info[0], info[1], info[2]};
+  int op, dtype;
+  size_t count;
+  if (!ReadHead(env, "reduceKernelSeconds", head, &op, &dtype, &count)) return env.Undefined();
+  double iters = info[3].As<Napi::Number>().DoubleValue();
+  size_t bytes = count * kElementSize[dtype];
+  if (count == 0 || bytes > (size_t(1) << 30) || !(iters >= 1))
+    return Fail(env, "EINVAL", "reduceKernelSeconds: count in 1..1 GiB of elements, iterations >= 1");
+  // x is all zero bits, so sums and products stay put and floats never go subnormal.
+  std::vector<char> acc(bytes, 0x3c), x(bytes, 0);
+  BinaryFn fn = Kernels().fn[dtype][op];
+  auto t0 = std::chrono::steady_clock::now();
+  for (double i = 0; i < iters; i++) {
+    fn(acc.data(), acc.data(), x.data(), count);
+    asm volatile("" : : "r"(acc.data()) : "memory");
+  }
+  auto t1 = std::chrono::steady_clock::now();
+  return Napi::Number::New(env, std::chrono::duration<double>(t1 - t0).count());
+}
+
 Napi::Value ReduceIsa(const Napi::CallbackInfo& info) { return Napi::String::New(info.Env(), Kernels().isa); }
 
 Napi::Value ReduceIsas(const Napi::CallbackInfo& info) {
@@ -263,6 +291,7 @@ void InitReduce(Napi::Env env, Napi::Object exports) {
   exports.Set("reduceIsa", Napi::Function::New(env, ReduceIsa, "reduceIsa"));
   exports.Set("reduceIsas", Napi::Function::New(env, ReduceIsas, "reduceIsas"));
   exports.Set("reduceCodes", Napi::Function::New(env, ReduceCodes, "reduceCodes"));
+  exports.Set("reduceKernelSeconds", Napi::Function::New(env, ReduceKernelSeconds, "reduceKernelSeconds"));
 }
 
 }  // namespace weft

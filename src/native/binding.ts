@@ -115,6 +115,8 @@ export interface NativeBinding {
   /** The levels this CPU runs, lowest first. */
   reduceIsas(): ReduceIsa[];
   reduceCodes(): ReduceCodeTable;
+  /** Seconds for `iterations` in-place kernel runs over private buffers (benchmarks only). */
+  reduceKernelSeconds(op: number, dtype: number, count: number, iterations: number): number;
   ofi: OfiBinding;
 }
 
