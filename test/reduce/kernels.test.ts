@@ -211,6 +211,10 @@ test('the raw native entry points validate codes and arity', () => {
   assert.throws(() => native.reduceMany(0, 0, 4, f, ...Array(65).fill(one)), err(RangeError, /1..64 views, got 65/));
   assert.throws(() => native.reduceMany(0, 0, 4, f, Array(65).fill(one)), err(RangeError, /1..64 views, got 65/));
   assert.throws(() => native.reduceMany(0, 0, 4, f, [one, 7 as unknown as Float32Array]), err(TypeError, /srcs\[1\] must be a TypedArray/));
+  // The benchmark hook checks the same way.
+  assert.ok(native.reduceKernelSeconds(0, 0, 64, 2) >= 0);
+  assert.throws(() => native.reduceKernelSeconds(5, 1, 64, 2), /op 'bor' is not defined for float64/);
+  assert.throws(() => native.reduceKernelSeconds(0, 0, 0, 2), /count in 1\.\.1 GiB/);
 });
 
 test('every ISA level this CPU runs passes the whole matrix (one child process each)', async () => {
