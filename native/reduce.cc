@@ -170,10 +170,7 @@ napi_value ReduceMany(napi_env env, napi_callback_info cb) {
   if (argc < 5) return ThrowType(env, "reduceMany(op, dtype, count, dst, srcs): expected 5 arguments");
   int op, dtype;
   size_t count;
-  Span d;
-  if (!ReadHead(env, "reduceMany", argv, &op, &dtype, &count) ||
-      !ReadView(env, "reduceMany", "dst", -1, argv[3], dtype, count, &d))
-    return nullptr;
+  if (!ReadHead(env, "reduceMany", argv, &op, &dtype, &count)) return nullptr;
   bool is_array = false;
   napi_is_array(env, argv[4], &is_array);
   napi_value listed[kMaxSources];
@@ -193,6 +190,10 @@ napi_value ReduceMany(napi_env env, napi_callback_info cb) {
   }
   if (n < 1 || n > kMaxSources)
     return ThrowRange(env, "reduceMany: srcs must hold 1.." + std::to_string(kMaxSources) + " views, got " + std::to_string(n));
+  // Only now resolve pointers: an array element getter runs JS, which could detach a buffer
+  // whose address had already been taken.
+  Span d;
+  if (!ReadView(env, "reduceMany", "dst", -1, argv[3], dtype, count, &d)) return nullptr;
   const size_t size = kElementSize[dtype];
   const size_t bytes = count * size;
   char* src[kMaxSources];

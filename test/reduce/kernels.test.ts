@@ -211,6 +211,11 @@ test('the raw native entry points validate codes and arity', () => {
   assert.throws(() => native.reduceMany(0, 0, 4, f, ...Array(65).fill(one)), err(RangeError, /1..64 views, got 65/));
   assert.throws(() => native.reduceMany(0, 0, 4, f, Array(65).fill(one)), err(RangeError, /1..64 views, got 65/));
   assert.throws(() => native.reduceMany(0, 0, 4, f, [one, 7 as unknown as Float32Array]), err(TypeError, /srcs\[1\] must be a TypedArray/));
+  // An element getter that detaches dst runs before any address is taken: a clean error.
+  const victim = new ArrayBuffer(16);
+  const tricky: Float32Array[] = [one];
+  Object.defineProperty(tricky, 1, { enumerable: true, get: () => (structuredClone(victim, { transfer: [victim] }), one) });
+  assert.throws(() => native.reduceMany(0, 0, 4, new Float32Array(victim), tricky), err(RangeError, /dst holds 0 bytes/));
   // The benchmark hook checks the same way.
   assert.ok(native.reduceKernelSeconds(0, 0, 64, 2) >= 0);
   assert.throws(() => native.reduceKernelSeconds(5, 1, 64, 2), /op 'bor' is not defined for float64/);
