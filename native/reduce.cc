@@ -2,9 +2,11 @@
 // reduceMany(op, dtype, count, dst, srcs). The collectives call these once per chunk, often on
 // views of other processes' shared segments, so the entry points use raw napi_* calls, check
 // every view's bounds (a bad argument throws, never crashes) and allocate nothing.
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "addon.h"
 #include "reduce.h"
@@ -16,8 +18,8 @@ using namespace reduce;
 
 constexpr size_t kMaxSources = 64;
 // reduceMany walks all sources block by block, so the partial result stays in L1 while each
-// source streams through once. 4-8 KiB blocks measured fastest here (2..8 sources of 1-16 MiB,
-// 1.2-1.7x the speed of chained pairwise calls); 16 KiB and up fall out of L1 and lose.
+// source streams through once: 1.15-1.7x the speed of chained pairwise calls for 4..8 sources
+// of 1-16 MiB here. 4-8 KiB blocks measured fastest; 16 KiB and up fall out of L1 and lose.
 constexpr size_t kBlockBytes = 8192;
 
 struct Span {
@@ -111,14 +113,16 @@ bool ReadHead(napi_env env, const char* where, const napi_value* argv, int* op, 
 }
 
 // Resolves a view that must hold `count` elements of `dtype`.
-bool ReadView(napi_env env, const char* where, const std::string& name, napi_value v, int dtype, size_t count, Span* out) {
+// `name` is "dst", "a", "b", or "srcs" with `index` >= 0; the text is built only on failure.
+bool ReadView(napi_env env, const char* where, const char* name, int index, napi_value v, int dtype, size_t count, Span* out) {
+  auto label = [&] { return std::string(name) + (index >= 0 ? "[" + std::to_string(index) + "]" : ""); };
   if (!SpanOf(env, v, out)) {
-    ThrowType(env, std::string(where) + ": " + name + " must be a TypedArray or DataView");
+    ThrowType(env, std::string(where) + ": " + label() + " must be a TypedArray or DataView");
     return false;
   }
   size_t size = kElementSize[dtype];
   if (out->bytes / size < count) {
-    ThrowRange(env, std::string(where) + ": " + name + " holds " + std::to_string(out->bytes) + " bytes but " +
+    ThrowRange(env, std::string(where) + ": " + label() + " holds " + std::to_string(out->bytes) + " bytes but " +
                         std::to_string(count) + " " + kDTypeNames[dtype] + " need " + std::to_string(count * size) +
                         (out->bytes == 0 ? " (is its buffer detached?)" : ""));
     return false;
@@ -143,8 +147,8 @@ napi_value Reduce(napi_env env, napi_callback_info cb) {
   int op, dtype;
   size_t count;
   Span d, a, b;
-  if (!ReadHead(env, "reduce", argv, &op, &dtype, &count) || !ReadView(env, "reduce", "dst", argv[3], dtype, count, &d) ||
-      !ReadView(env, "reduce", "a", argv[4], dtype, count, &a) || !ReadView(env, "reduce", "b", argv[5], dtype, count, &b))
+  if (!ReadHead(env, "reduce", argv, &op, &dtype, &count) || !ReadView(env, "reduce", "dst", -1, argv[3], dtype, count, &d) ||
+      !ReadView(env, "reduce", "a", -1, argv[4], dtype, count, &a) || !ReadView(env, "reduce", "b", -1, argv[5], dtype, count, &b))
     return nullptr;
   if (count == 0) return nullptr;
   size_t bytes = count * kElementSize[dtype];
@@ -154,35 +158,48 @@ napi_value Reduce(napi_env env, napi_callback_info cb) {
   return nullptr;
 }
 
-// reduceMany(op, dtype, count, dst, srcs): dst = srcs[0] op srcs[1] op ... (left to right,
-// each step rounded to dtype, so the result equals srcs.length - 1 reduce() calls) in one
-// pass over memory.
+// reduceMany(op, dtype, count, dst, srcs) or reduceMany(op, dtype, count, dst, ...srcs):
+// dst = srcs[0] op srcs[1] op ... (left to right, each step rounded to dtype, so the result
+// equals srcs.length - 1 reduce() calls) in one pass over memory. The spread form exists for
+// speed: N-API reads an array one napi_get_element (~50 ns) at a time, while trailing
+// arguments arrive together.
 napi_value ReduceMany(napi_env env, napi_callback_info cb) {
-  size_t argc = 5;
-  napi_value argv[5];
+  size_t argc = 4 + kMaxSources;  // capacity in, the real count out
+  napi_value argv[4 + kMaxSources];
   napi_get_cb_info(env, cb, &argc, argv, nullptr, nullptr);
   if (argc < 5) return ThrowType(env, "reduceMany(op, dtype, count, dst, srcs): expected 5 arguments");
   int op, dtype;
   size_t count;
-  Span d;
-  if (!ReadHead(env, "reduceMany", argv, &op, &dtype, &count) ||
-      !ReadView(env, "reduceMany", "dst", argv[3], dtype, count, &d))
-    return nullptr;
+  if (!ReadHead(env, "reduceMany", argv, &op, &dtype, &count)) return nullptr;
   bool is_array = false;
-  uint32_t n = 0;
   napi_is_array(env, argv[4], &is_array);
-  if (!is_array) return ThrowType(env, "reduceMany: srcs must be an array of TypedArrays or DataViews");
-  napi_get_array_length(env, argv[4], &n);
+  napi_value listed[kMaxSources];
+  const napi_value* views = argv + 4;
+  size_t n = argc - 4;
+  if (is_array) {
+    if (argc > 5) return ThrowType(env, "reduceMany: pass srcs as one array or as trailing views, not both");
+    uint32_t len = 0;
+    napi_get_array_length(env, argv[4], &len);
+    n = len;
+    if (n >= 1 && n <= kMaxSources) {
+      for (uint32_t k = 0; k < n; k++) {
+        if (napi_get_element(env, argv[4], k, &listed[k]) != napi_ok) return nullptr;
+      }
+    }
+    views = listed;
+  }
   if (n < 1 || n > kMaxSources)
     return ThrowRange(env, "reduceMany: srcs must hold 1.." + std::to_string(kMaxSources) + " views, got " + std::to_string(n));
+  // Only now resolve pointers: an array element getter runs JS, which could detach a buffer
+  // whose address had already been taken.
+  Span d;
+  if (!ReadView(env, "reduceMany", "dst", -1, argv[3], dtype, count, &d)) return nullptr;
   const size_t size = kElementSize[dtype];
   const size_t bytes = count * size;
   char* src[kMaxSources];
-  for (uint32_t k = 0; k < n; k++) {
-    napi_value v;
+  for (size_t k = 0; k < n; k++) {
     Span s;
-    if (napi_get_element(env, argv[4], k, &v) != napi_ok) return nullptr;
-    if (!ReadView(env, "reduceMany", "srcs[" + std::to_string(k) + "]", v, dtype, count, &s)) return nullptr;
+    if (!ReadView(env, "reduceMany", "srcs", static_cast<int>(k), views[k], dtype, count, &s)) return nullptr;
     // Block by block, dst is written before srcs[2..] are read, so only srcs[0] and srcs[1]
     // may be dst itself.
     if (PartialOverlap(d.data, s.data, bytes) || (k >= 2 && bytes && d.data == s.data))
@@ -201,9 +218,35 @@ napi_value ReduceMany(napi_env env, napi_callback_info cb) {
     size_t len = count - at < block ? count - at : block;
     size_t off = at * size;
     fn(d.data + off, src[0] + off, src[1] + off, len);
-    for (uint32_t k = 2; k < n; k++) fn(d.data + off, d.data + off, src[k] + off, len);
+    for (size_t k = 2; k < n; k++) fn(d.data + off, d.data + off, src[k] + off, len);
   }
   return nullptr;
+}
+
+// reduceKernelSeconds(op, dtype, count, iterations): seconds for `iterations` in-place kernel
+// runs (acc = acc op x) over `count` elements of private buffers: the kernel's own speed, with
+// no N-API crossing or argument checks, for bench/reduce.ts (as memcpyBandwidth is for copies).
+Napi::Value ReduceKernelSeconds(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 4 || !info[3].IsNumber()) return Fail(env, "EINVAL", "reduceKernelSeconds(op, dtype, count, iterations)");
+  napi_value head[3] = {info[0], info[1], info[2]};
+  int op, dtype;
+  size_t count;
+  if (!ReadHead(env, "reduceKernelSeconds", head, &op, &dtype, &count)) return env.Undefined();
+  double iters = info[3].As<Napi::Number>().DoubleValue();
+  size_t bytes = count * kElementSize[dtype];
+  if (count == 0 || bytes > (size_t(1) << 30) || !(iters >= 1))
+    return Fail(env, "EINVAL", "reduceKernelSeconds: count in 1..1 GiB of elements, iterations >= 1");
+  // x is all zero bits, so sums and products stay put and floats never go subnormal.
+  std::vector<char> acc(bytes, 0x3c), x(bytes, 0);
+  BinaryFn fn = Kernels().fn[dtype][op];
+  auto t0 = std::chrono::steady_clock::now();
+  for (double i = 0; i < iters; i++) {
+    fn(acc.data(), acc.data(), x.data(), count);
+    asm volatile("" : : "r"(acc.data()) : "memory");
+  }
+  auto t1 = std::chrono::steady_clock::now();
+  return Napi::Number::New(env, std::chrono::duration<double>(t1 - t0).count());
 }
 
 Napi::Value ReduceIsa(const Napi::CallbackInfo& info) { return Napi::String::New(info.Env(), Kernels().isa); }
@@ -249,6 +292,7 @@ void InitReduce(Napi::Env env, Napi::Object exports) {
   exports.Set("reduceIsa", Napi::Function::New(env, ReduceIsa, "reduceIsa"));
   exports.Set("reduceIsas", Napi::Function::New(env, ReduceIsas, "reduceIsas"));
   exports.Set("reduceCodes", Napi::Function::New(env, ReduceCodes, "reduceCodes"));
+  exports.Set("reduceKernelSeconds", Napi::Function::New(env, ReduceKernelSeconds, "reduceKernelSeconds"));
 }
 
 }  // namespace weft

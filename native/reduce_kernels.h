@@ -9,11 +9,12 @@
 // the linker could hand an AVX-512 body to the SSE2 path. System headers are included by
 // the includer, never here (this text sits inside a namespace).
 //
-// Why vector extensions rather than auto-vectorized scalar loops: without __restrict GCC
-// guards a vectorized loop with an overlap test that sends dst == a (the usual in-place
-// reduction) down the scalar path, and the NaN/signed-zero rules of min/max below do not
-// auto-vectorize. Written explicitly, each vector is loaded before its result is stored, so
-// exact aliasing is safe at full speed.
+// Why vector extensions rather than auto-vectorized scalar loops: plain sum/prod/bitwise
+// loops do auto-vectorize (GCC 12 keeps the vector path even for dst == a), but a scalar loop
+// with the NaN and signed-zero rules of min/max below stayed scalar (1.3 G floats/s against
+// 11 G/s for sum), and half-precision conversions need vector code anyway. Writing every op
+// once in vector form gives one code path for all of them; each vector is loaded before its
+// result is stored, so dst == a is safe by construction.
 
 #define WEFT_INLINE WEFT_TARGET inline __attribute__((always_inline))
 

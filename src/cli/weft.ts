@@ -71,6 +71,17 @@ bench
     await r.benchRendezvous({ ranks: o.ranks.split(',').map(Number), stores: o.stores.split(','), redis: o.redis, runs: o.runs, json: !!o.json });
   });
 
+bench
+  .command('reduce')
+  .description('float32 sum per SIMD level (and reduceMany over 4 sources) vs a JS loop and memcpy, 4 KiB to 16 MiB')
+  .option('--time <ms>', 'tinybench time budget per task', positiveInt, 400)
+  .option('--json', 'print one JSON object per line')
+  .option('--quick', 'short runs (smoke test)')
+  .action(async (o: { time: number; json?: boolean; quick?: boolean }) => {
+    const r = await import('../../bench/reduce.js');
+    await r.benchReduce({ timeMs: o.time, json: !!o.json, quick: !!o.quick });
+  });
+
 program.parseAsync().catch((err: Error) => {
   console.error(`weft: ${err.message}`);
   process.exit(1);

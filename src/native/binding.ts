@@ -103,13 +103,20 @@ export interface NativeBinding {
    * exactly, never a partial overlap. Throws TypeError/RangeError (code EINVAL/ERANGE).
    */
   reduce(op: number, dtype: number, count: number, dst: ArrayBufferView, a: ArrayBufferView, b: ArrayBufferView): void;
-  /** dst = srcs[0] op srcs[1] op ... in one blocked pass; dst may be srcs[0] or srcs[1] exactly. */
+  /**
+   * dst = srcs[0] op srcs[1] op ... in one blocked pass; dst may be srcs[0] or srcs[1] exactly.
+   * The sources come as one array or spread as trailing arguments (faster: N-API reads array
+   * elements one lookup at a time).
+   */
   reduceMany(op: number, dtype: number, count: number, dst: ArrayBufferView, srcs: readonly ArrayBufferView[]): void;
+  reduceMany(op: number, dtype: number, count: number, dst: ArrayBufferView, ...srcs: ArrayBufferView[]): void;
   /** The level chosen at load (WEFT_REDUCE_ISA may force a lower one). */
   reduceIsa(): ReduceIsa;
   /** The levels this CPU runs, lowest first. */
   reduceIsas(): ReduceIsa[];
   reduceCodes(): ReduceCodeTable;
+  /** Seconds for `iterations` in-place kernel runs over private buffers (benchmarks only). */
+  reduceKernelSeconds(op: number, dtype: number, count: number, iterations: number): number;
   ofi: OfiBinding;
 }
 

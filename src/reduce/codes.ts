@@ -71,6 +71,9 @@ export const REDUCE_OPS: readonly ReduceOp[] = Object.freeze([...OPS.keys()]);
  */
 export const REDUCE_DTYPES: readonly DType[] = Object.freeze([...DTYPES.keys()]);
 
+/** Most sources one reduceMany call takes (the addon keeps their pointers in a fixed table). */
+export const MAX_SOURCES = 64;
+
 /**
  * The native code of an op, or undefined for a name that is not an op.
  * @example
@@ -127,6 +130,7 @@ function checkNativeAgrees(): void {
     same(t.dtypes, REDUCE_DTYPES) &&
     same(t.elementSizes, ours.map((d) => d.size)) &&
     same(t.isFloat, ours.map((d) => d.float)) &&
+    t.maxSources === MAX_SOURCES &&
     ours.every((d, i) => d.code === i) &&
     [...OPS.values()].every((c, i) => c === i);
   if (!ok) {

@@ -9,6 +9,7 @@
 export {
   REDUCE_OPS,
   REDUCE_DTYPES,
+  MAX_SOURCES,
   opCode,
   dtypeCode,
   elementSize,

@@ -4,7 +4,7 @@
  */
 import { native, type ReduceIsa } from '../native/binding.js';
 import { WeftError } from '../errors.js';
-import { REDUCE_DTYPES, REDUCE_OPS, dtypeCode, isBitwiseOp, isFloatDType, opCode, type DType, type ReduceOp } from './codes.js';
+import { MAX_SOURCES, REDUCE_DTYPES, REDUCE_OPS, dtypeCode, isBitwiseOp, isFloatDType, opCode, type DType, type ReduceOp } from './codes.js';
 
 export type { ReduceIsa };
 
@@ -25,11 +25,10 @@ export function checkReducible(op: ReduceOp, dtype: DType, where: string): void 
   }
 }
 
-function codes(op: ReduceOp, dtype: DType, where: string): [number, number] {
-  const o = opCode(op);
-  const d = dtypeCode(dtype);
-  if (o === undefined || d === undefined || (isBitwiseOp(op) && isFloatDType(dtype))) checkReducible(op, dtype, where);
-  return [o!, d!];
+// Called only for a pairing the fast check refused, so checkReducible always throws here.
+function refuse(op: ReduceOp, dtype: DType, where: string): never {
+  checkReducible(op, dtype, where);
+  throw new WeftError('EINVAL', `${where}: op '${op}' is not defined for ${dtype}`);
 }
 
 // The addon throws TypeError/RangeError with a "reduce: " prefix; the library speaks WeftError.
@@ -49,7 +48,9 @@ function rethrow(where: string, err: unknown): never {
  * reduceInto('sum', 'float32', 3, acc, acc, new Float32Array([10, 20, 30])); // acc = [11, 22, 33]
  */
 export function reduceInto(op: ReduceOp, dtype: DType, count: number, dst: ArrayBufferView, a: ArrayBufferView, b: ArrayBufferView): void {
-  const [o, d] = codes(op, dtype, 'reduceInto');
+  const o = opCode(op);
+  const d = dtypeCode(dtype);
+  if (o === undefined || d === undefined || (isBitwiseOp(op) && isFloatDType(dtype))) refuse(op, dtype, 'reduceInto');
   try {
     native.reduce(o, d, count, dst, a, b);
   } catch (err) {
@@ -69,9 +70,16 @@ export function reduceInto(op: ReduceOp, dtype: DType, count: number, dst: Array
  * reduceMany('sum', 'int32', 2, out, peers); // out = [9, 12]
  */
 export function reduceMany(op: ReduceOp, dtype: DType, count: number, dst: ArrayBufferView, srcs: readonly ArrayBufferView[]): void {
-  const [o, d] = codes(op, dtype, 'reduceMany');
+  const o = opCode(op);
+  const d = dtypeCode(dtype);
+  if (o === undefined || d === undefined || (isBitwiseOp(op) && isFloatDType(dtype))) refuse(op, dtype, 'reduceMany');
+  if (!Array.isArray(srcs) || srcs.length < 1 || srcs.length > MAX_SOURCES) {
+    const got = Array.isArray(srcs) ? `${srcs.length} views` : `a ${typeof srcs}`;
+    throw new WeftError('EINVAL', `reduceMany: srcs must be an array of 1..${MAX_SOURCES} views, got ${got}`);
+  }
   try {
-    native.reduceMany(o, d, count, dst, srcs);
+    // Spread: the addon then gets every view in one argument read instead of a lookup each.
+    native.reduceMany(o, d, count, dst, ...srcs);
   } catch (err) {
     rethrow('reduceMany', err);
   }
