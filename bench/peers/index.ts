@@ -18,7 +18,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Command } from 'commander';
 import { packageRoot } from '../../src/native/binding.js';
-import { COLLECTIVE_OPS, caseBytes, isCollectiveOp, parseSizes, withBandwidth, type CollectiveOp, type CollectiveResult, type CollectiveRow } from '../collectives/metrics.js';
+import { COLLECTIVE_OPS, caseBytes, isCollectiveOp, parseSize, parseSizes, withBandwidth, type CollectiveOp, type CollectiveResult, type CollectiveRow } from '../collectives/metrics.js';
 import { table } from '../lib/stats.js';
 import { describe, PeerRunError, runAll, type LaunchResult } from './spawn.js';
 
@@ -237,7 +237,7 @@ export async function runGloo(o: PeerRunOptions): Promise<PeerRow[]> {
   try {
     const common = ['--size', String(o.np), '--store-dir', storeDir, '--timeout-ms', String(o.timeoutMs), ...harnessArgs(o)];
     const launches = Array.from({ length: o.np }, (_, rank) => ({ label: `gloo-bench rank ${rank}`, command: binary, args: ['--rank', String(rank), ...common] }));
-    const results = await runAll(launches, { timeoutMs: o.timeoutMs });
+    const results = await runAll(launches, { name: `gloo np=${o.np}`, timeoutMs: o.timeoutMs });
     return parseRows('gloo', results, o);
   } finally {
     rmSync(storeDir, { recursive: true, force: true });
@@ -268,7 +268,7 @@ export async function runMpi(o: MpiRunOptions): Promise<PeerRow[]> {
   if (!status.available) throw new Error(`Open MPI peer unavailable: ${status.reason}`);
   const { binary } = await buildPeer('mpi', { binDir: o.binDir });
   const args = [...mpirunArgs(o.np, o.btl), binary, '--provider', o.btl, ...harnessArgs(o)];
-  const results = await runAll([{ label: `mpirun (${o.btl})`, command: 'mpirun', args }], { timeoutMs: o.timeoutMs, termGraceMs: 2000 });
+  const results = await runAll([{ label: `mpirun (${o.btl})`, command: 'mpirun', args }], { name: `openmpi ${o.btl} np=${o.np}`, timeoutMs: o.timeoutMs, termGraceMs: 2000 });
   return parseRows('openmpi', results, o);
 }
 
@@ -337,7 +337,7 @@ async function main(): Promise<void> {
     .option('--systems <list>', `comma-separated (${PEER_SYSTEMS.join(', ')})`, PEER_SYSTEMS.join(','))
     .option('--iters <n>', 'timed iterations per size', '20')
     .option('--warmup <n>', 'warmup iterations per size', '3')
-    .option('--byte-budget <bytes>', 'cap iterations at max(3, budget / size) (0: none)', String(512 << 20))
+    .option('--byte-budget <bytes>', 'cap timed iterations at max(3, budget / size) (0: none)', '512M')
     .option('--timeout <ms>', 'per peer run', '120000')
     .option('--json', 'print one JSON object per line')
     .option('--detect', 'only print which peers are available')
@@ -353,7 +353,7 @@ async function main(): Promise<void> {
   const systems = o.systems.split(',').map((s) => s.trim());
   const badSystem = systems.find((s) => !(PEER_SYSTEMS as readonly string[]).includes(s));
   if (badSystem) throw new Error(`unknown system ${badSystem} (${PEER_SYSTEMS.join(', ')})`);
-  const base = { ops: ops as CollectiveOp[], sizes: parseSizes(o.sizes), iters: Number(o.iters), warmup: Number(o.warmup), byteBudget: Number(o.byteBudget), timeoutMs: Number(o.timeout) };
+  const base = { ops: ops as CollectiveOp[], sizes: parseSizes(o.sizes), iters: Number(o.iters), warmup: Number(o.warmup), byteBudget: o.byteBudget.trim() === '0' ? 0 : parseSize(o.byteBudget), timeoutMs: Number(o.timeout) };
   const rows = await runPeers(systems as PeerSystem[], o.np.split(',').map(Number), base, (r) => {
     if (o.json) console.log(JSON.stringify(r));
     else process.stderr.write(`  ${r.system} ${r.provider} np=${r.np} ${r.op} ${formatSize(r.bytes)}: ${formatUs(r.median_us)}\n`);

@@ -119,6 +119,8 @@ process.on('exit', () => {
 });
 
 export interface RunAllOptions {
+  /** Prefix of error messages, e.g. "gloo np=2". */
+  name: string;
   timeoutMs: number;
   /**
    * Before the SIGKILL of a timeout, SIGTERM the leaders and wait this long (mpirun then
@@ -157,7 +159,7 @@ export function runAll(launches: Launch[], opts: RunAllOptions): Promise<LaunchR
       if (settled || pending > 0) return;
       settled = true;
       clearTimeout(timer);
-      if (failure) reject(new PeerRunError(`${failure}\n${describe(results)}`, results));
+      if (failure) reject(new PeerRunError(`${opts.name}: ${failure}\n  command: ${[launches[0].command, ...launches[0].args].join(' ')}\n${describe(results)}`, results));
       else resolve(results);
     };
     const timer = setTimeout(() => {
