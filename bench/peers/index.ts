@@ -20,7 +20,7 @@ import { Command } from 'commander';
 import { packageRoot } from '../../src/native/binding.js';
 import { COLLECTIVE_OPS, caseBytes, isCollectiveOp, parseSize, parseSizes, withBandwidth, type CollectiveOp, type CollectiveResult, type CollectiveRow } from '../collectives/metrics.js';
 import { table } from '../lib/stats.js';
-import { describe, PeerRunError, runAll, type LaunchResult } from './spawn.js';
+import { describe, onAbandon, PeerRunError, runAll, type LaunchResult } from './spawn.js';
 
 export { PeerRunError } from './spawn.js';
 
@@ -234,13 +234,16 @@ export async function runGloo(o: PeerRunOptions): Promise<PeerRow[]> {
   if (!status.available) throw new Error(`Gloo peer unavailable: ${status.reason}`);
   const { binary } = await buildPeer('gloo', { binDir: o.binDir });
   const storeDir = mkdtempSync(path.join(tmpdir(), 'weft-gloo-store-'));
+  const removeStore = () => rmSync(storeDir, { recursive: true, force: true });
+  const forget = onAbandon(removeStore);
   try {
     const common = ['--size', String(o.np), '--store-dir', storeDir, '--timeout-ms', String(o.timeoutMs), ...harnessArgs(o)];
     const launches = Array.from({ length: o.np }, (_, rank) => ({ label: `gloo-bench rank ${rank}`, command: binary, args: ['--rank', String(rank), ...common] }));
     const results = await runAll(launches, { name: `gloo np=${o.np}`, timeoutMs: o.timeoutMs });
     return parseRows('gloo', results, o);
   } finally {
-    rmSync(storeDir, { recursive: true, force: true });
+    forget();
+    removeStore();
   }
 }
 

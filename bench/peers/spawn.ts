@@ -87,12 +87,33 @@ function killTree(pid: number): void {
   }
 }
 
-// Live process-group leaders, killed if this process exits or is interrupted mid-run.
+// Live process-group leaders, killed if this process exits or is interrupted mid-run, and
+// clean-ups (temporary directories) that a `finally` would not reach then.
 const live = new Set<number>();
+const cleanups = new Set<() => void>();
 let hooked = false;
-function onSignal(sig: NodeJS.Signals): void {
+
+/** Runs `fn` if this process exits or is interrupted before the returned function is called. */
+export function onAbandon(fn: () => void): () => void {
+  cleanups.add(fn);
+  return () => cleanups.delete(fn);
+}
+
+function abandon(): void {
   for (const pid of live) killTree(pid);
   live.clear();
+  for (const fn of cleanups) {
+    try {
+      fn();
+    } catch {
+      // best effort on the way out
+    }
+  }
+  cleanups.clear();
+}
+
+function onSignal(sig: NodeJS.Signals): void {
+  abandon();
   process.removeListener('SIGINT', onSignal);
   process.removeListener('SIGTERM', onSignal);
   hooked = false;
@@ -114,9 +135,7 @@ function untrack(pid: number): void {
     process.removeListener('SIGTERM', onSignal);
   }
 }
-process.on('exit', () => {
-  for (const pid of live) killTree(pid);
-});
+process.on('exit', abandon);
 
 export interface RunAllOptions {
   /** Prefix of error messages, e.g. "gloo np=2". */
