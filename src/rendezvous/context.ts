@@ -96,6 +96,7 @@ export class Context {
     // A peer still connecting maps our segments: tearing them down first would fail it.
     const everyone = this.pairs.map((_, p) => `_connected/${p}`);
     await this.store.wait(everyone, { timeoutMs: options.timeoutMs ?? 5000, signal: options.signal }).catch(() => {});
+    await this.transport.linger();
     this.transport.close();
     for (const qp of this.pairs) qp?.close();
     this.device.close();

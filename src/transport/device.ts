@@ -97,13 +97,20 @@ export class Device implements PairHost {
     for (;;) {
       const b = this.batch;
       const n = this.nic.cq.poll(b);
+      let failures = 0;
       for (let i = 0; i < n; i++) {
         const pair = this.byQpn[b.qpn[i]];
         if (!pair) continue;
-        if (b.status[i] !== Status.SUCCESS) {
+        if (b.status[i] !== Status.SUCCESS) failures++;
+        else if (b.opcode[i] === Opcode.RECV_WRITE_IMM) pair.onImm(b.imm[i]);
+      }
+      // Errors after the messages: an ABORT that explains them (a peer that gave up and closed)
+      // must win over the error its closing caused.
+      for (let i = 0; failures > 0 && i < n; i++) {
+        const pair = this.byQpn[b.qpn[i]];
+        if (pair && b.status[i] !== Status.SUCCESS) {
+          failures--;
           this.pairFailed(pair, b.errors[i], b.status[i]);
-        } else if (b.opcode[i] === Opcode.RECV_WRITE_IMM) {
-          pair.onImm(b.imm[i]);
         }
       }
       total += n;
@@ -236,6 +243,19 @@ export class Device implements PairHost {
   private pendingText(ops: readonly TransportOp[]): string {
     const pending = ops.filter((o) => !o.settled).map((o) => o.describe());
     return pending.length > 3 ? `${pending.slice(0, 3).join('; ')} and ${pending.length - 3} more` : pending.join('; ');
+  }
+
+  /**
+   * After an abort, keeps progressing for a moment before the rings go away: peers still
+   * sending to this rank then learn why from the ABORT message, not from a refused write.
+   */
+  async linger(ms = 300): Promise<void> {
+    if (!this.failure || this.closed) return;
+    const until = performance.now() + ms;
+    while (performance.now() < until) {
+      this.progress();
+      await new Promise((r) => setTimeout(r, 5));
+    }
   }
 
   /** Fails pending waits and releases the rings (the NIC device is closed by its owner). */
