@@ -5,16 +5,20 @@
  *   other and reduces all of them in rank order, so every rank computes bit-identical results.
  * - `ring` (bandwidth-optimal): ring reduce-scatter then ring allgather; each incoming chunk is
  *   reduced straight from the peer's ring into the output while later chunks are in flight.
- * - `shm` (one host, shm provider): see allreduce-shm.ts.
+ * - `board` (one host, shm provider, inputs up to 64 KiB): no messages at all; every rank
+ *   publishes its bytes on its board and reduces its peers' boards in rank order, read in place
+ *   through the shm mapping (transport/board.ts).
  */
+import { WeftError } from '../errors.js';
 import { reduceMany } from '../reduce/index.js';
+import { Board } from '../transport/board.js';
 import type { ReduceOp } from '../reduce/index.js';
 import type { TransportOp } from '../transport/ops.js';
 import { bytesOf, checkArray, checkLength, evenCounts, offsets, reduction, sameType, type TypedArray } from './checks.js';
 import { copy, makeComm, runAsync, runSync, type Algorithm, type CollectiveOptions, type Comm, type Group, type Reduction } from './comm.js';
 import { ringAllgather, ringReduceScatter } from './ring.js';
 
-export type AllreduceAlgorithm = 'auto' | 'direct' | 'ring';
+export type AllreduceAlgorithm = 'auto' | 'board' | 'direct' | 'ring';
 
 export interface AllreduceOptions extends CollectiveOptions {
   /** Reduction (default 'sum'). */
@@ -32,8 +36,10 @@ export const DIRECT_MAX_BYTES = 64 * 1024;
 
 interface Plan {
   c: Comm;
-  alg: Algorithm;
+  alg: Algorithm | undefined;
   out: TypedArray;
+  /** Set when the call takes the board instead of messages. */
+  board?: { board: Board; inB: Uint8Array; outB: Uint8Array; red: Reduction; count: number };
 }
 
 function plan(g: Group, input: TypedArray, options: AllreduceOptions, where: string): Plan {
@@ -47,6 +53,13 @@ function plan(g: Group, input: TypedArray, options: AllreduceOptions, where: str
   const inB = bytesOf(input);
   const outB = bytesOf(output);
   const algorithm = options.algorithm ?? 'auto';
+  const board = g.transport.board;
+  if (algorithm === 'board' && (!board || inB.byteLength > Board.capacity)) {
+    throw new WeftError('EINVAL', `${where}: algorithm 'board' needs the shm provider on one host and at most ${Board.capacity} bytes`);
+  }
+  if (g.size > 1 && board && (algorithm === 'board' || (algorithm === 'auto' && inB.byteLength <= Board.capacity && g.size <= 8))) {
+    return { c, alg: undefined, out: output, board: { board, inB, outB, red, count: input.length } };
+  }
   let alg: Algorithm;
   if (g.size === 1) alg = single(inB, outB);
   else if (algorithm === 'direct' || (algorithm === 'auto' && inB.byteLength <= DIRECT_MAX_BYTES && g.size <= 8)) alg = direct(c, inB, outB, red, input.length);
@@ -97,13 +110,32 @@ function* ring(c: Comm, inB: Uint8Array, outB: Uint8Array, red: Reduction, count
  */
 export async function allreduce<T extends TypedArray>(g: Group, input: T, options: AllreduceOptions = {}): Promise<T> {
   const p = plan(g, input, options, `rank ${g.rank}: allreduce`);
-  await runAsync(p.c, p.alg);
+  if (p.board) {
+    const b = p.board;
+    await b.board.queue(async () => {
+      const k = await b.board.publishAsync(b.inB, p.c.sig, p.c.deadline, p.c.what);
+      const srcs = await b.board.gatherAsync(k, p.c.sig, b.inB.byteLength, p.c.deadline, p.c.what);
+      reduceMany(b.red.op, b.red.dtype, b.count, b.outB, srcs);
+      b.board.release(k);
+    });
+  } else {
+    await runAsync(p.c, p.alg as Algorithm);
+  }
   return p.out as T;
 }
 
 /** Blocking allreduce: busy-polls the calling thread (lowest latency, blocks the event loop). */
 export function allreduceSync<T extends TypedArray>(g: Group, input: T, options: AllreduceOptions = {}): T {
   const p = plan(g, input, options, `rank ${g.rank}: allreduceSync`);
-  runSync(p.c, p.alg);
+  if (p.board) {
+    const b = p.board;
+    if (b.board.busy) throw new WeftError('EINVAL', `${p.c.what}: an async allreduce is still running on this context; await it before a blocking one`);
+    const k = b.board.publishSync(b.inB, p.c.sig, p.c.deadline, p.c.what);
+    const srcs = b.board.gatherSync(k, p.c.sig, b.inB.byteLength, p.c.deadline, p.c.what);
+    reduceMany(b.red.op, b.red.dtype, b.count, b.outB, srcs);
+    b.board.release(k);
+  } else {
+    runSync(p.c, p.alg as Algorithm);
+  }
   return p.out as T;
 }

@@ -8,7 +8,8 @@
 import { WeftError } from '../errors.js';
 import { Deadline } from '../util/deadline.js';
 import { CompletionBatch, Opcode, Status, statusName, type Device as NicDevice, type MemoryRegion, type QueuePair } from '../nic/types.js';
-import { ringGeometry, type RingGeometry } from './layout.js';
+import { BOARD_BYTES, ringGeometry, type RingGeometry } from './layout.js';
+import { Board } from './board.js';
 import type { TransportOp } from './ops.js';
 import { Pair, type PairHost } from './pair.js';
 
@@ -22,6 +23,7 @@ export interface TransportOptions {
 
 const DEFAULT_CHUNK = 256 * 1024;
 const DEFAULT_SLOTS = 8;
+
 
 /** Drops a leading "rank N: " so wrapped messages name the rank once. */
 function unlabel(message: string, label: string): string {
@@ -42,6 +44,10 @@ export class Device implements PairHost {
   readonly staging: MemoryRegion;
   readonly label: string;
   readonly pairs: (Pair | undefined)[];
+  /** Where the board starts in the inbox (every rank's is at the same offset). */
+  readonly boardOffset: number;
+  /** Small intra-host collectives without messages (shm only; see board.ts). */
+  board: Board | undefined;
   /** The error that aborted the job, if any: every later operation fails with it. */
   failure: WeftError | undefined;
   private readonly byQpn: (Pair | undefined)[] = [];
@@ -62,7 +68,9 @@ export class Device implements PairHost {
     if (!Number.isInteger(slots) || slots < 1 || slots > 1024) throw new WeftError('EINVAL', `transport: slots must be an integer in [1, 1024], got ${slots}`);
     this.geometry = ringGeometry(chunk, slots);
     this.label = nic.label;
-    this.inbox = nic.allocate(Math.max(64, size * this.geometry.ringBytes));
+    // On shm the inbox also holds this rank's board, which peers read directly.
+    this.boardOffset = size * this.geometry.ringBytes;
+    this.inbox = nic.allocate(this.boardOffset + (nic.provider === 'shm' ? BOARD_BYTES : 64));
     // shm writes straight into the peer's ring: the staging region only serves as the local
     // side of 0-byte doorbells. ofi copies into a staging ring that mirrors the peer's.
     this.staging = nic.allocate(nic.provider === 'shm' ? 64 : Math.max(64, size * this.geometry.ringBytes));
@@ -83,6 +91,7 @@ export class Device implements PairHost {
       this.pairs[p] = pair;
       this.byQpn[qp.qpn] = pair;
     });
+    this.board = Board.open(this);
   }
 
   pair(p: number): Pair {

@@ -60,3 +60,8 @@ export function ringGeometry(chunkBytes: number, slots: number): RingGeometry {
   const stride = HEADER_BYTES + chunkBytes;
   return { chunkBytes, slots, stride, ringBytes: (slots + 1) * stride };
 }
+
+/** Bytes of each rank's board (see board.ts): two buffers for small intra-host collectives. */
+export const BOARD_BUFFER_BYTES = 64 * 1024;
+export const BOARD_HEADER_BYTES = 256;
+export const BOARD_BYTES = BOARD_HEADER_BYTES + 2 * BOARD_BUFFER_BYTES;

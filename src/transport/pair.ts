@@ -96,7 +96,8 @@ export class Pair {
     this.ring = bytes.subarray(base, base + g.ringBytes);
     this.ringWords = new Int32Array(bytes.buffer, bytes.byteOffset + base, g.ringBytes >> 2);
     const s = host.staging.bytes;
-    this.stagingBase = s.byteLength >= host.inbox.byteLength ? base : 0;
+    // A staging ring per peer (ofi), or one shared doorbell area (shm, which writes in place).
+    this.stagingBase = s.byteLength >= base + g.ringBytes ? base : 0;
     this.stagingWords = new Int32Array(s.buffer, s.byteOffset, s.byteLength >> 2);
   }
 
@@ -113,6 +114,11 @@ export class Pair {
       this.direct = d.subarray(this.remoteBase, this.remoteBase + g.ringBytes);
       this.directWords = new Int32Array(d.buffer, d.byteOffset + this.remoteBase, g.ringBytes >> 2);
     }
+  }
+
+  /** The peer's whole inbox, when the provider maps it (shm): its board is read through this. */
+  get peerInbox(): Uint8Array | undefined {
+    return this.remote?.direct;
   }
 
   get idle(): boolean {

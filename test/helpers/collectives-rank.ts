@@ -85,8 +85,9 @@ async function matrix(c: Context): Promise<void> {
   // allreduce: every dtype with sum; every op on a few dtypes; each algorithm; in/out of place; async/sync.
   for (const C of ALL) {
     for (const n of [...SIZES, ...(C === Float32Array || C === Int32Array ? [big] : [])]) {
-      for (const algorithm of ['auto', 'direct', 'ring'] as const) {
-        if (n === big && algorithm === 'direct') continue;
+      const shm = (process.env.WEFT_PROVIDER ?? 'shm') === 'shm';
+      for (const algorithm of ['auto', 'direct', 'ring', ...(shm ? ['board' as const] : [])] as const) {
+        if (n === big && (algorithm === 'direct' || algorithm === 'board')) continue;
         const x = gen(C, rank, n);
         await c.allreduce(x, { algorithm });
         same(`allreduce ${C.name} n=${n} ${algorithm}`, x, reference(C, n, 'sum'));

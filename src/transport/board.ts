@@ -1,0 +1,222 @@
+/**
+ * The board: on one host (shm provider) every rank keeps a small area in its inbox that its
+ * peers read directly, through the mapping the shm provider already holds. Small collectives
+ * use it without messages: a rank publishes its bytes and a sequence number, and reads its
+ * peers' bytes as soon as their numbers match; it never waits for a message round trip.
+ *
+ * Layout (at `boardOffset` in every rank's inbox; u32 words, each counter on its own line):
+ *   word 0   ARRIVE    sequence number of the last published call
+ *   word 16  DONE      sequence number of the last call whose peers' bytes this rank has read
+ *   word 32  SLEEPERS  peers asleep on one of this rank's words (a publisher wakes them)
+ *   word 48+2p  SIG, BYTES of the call published in buffer p (p = seq & 1)
+ *   then two buffers of BOARD_BUFFER_BYTES: call k uses buffer k & 1, so publishing call k
+ *   only waits until every peer is done with call k - 2.
+ */
+import { WeftError } from '../errors.js';
+import { native } from '../native/binding.js';
+import type { Deadline } from '../util/deadline.js';
+import type { Device } from './device.js';
+import { BOARD_BUFFER_BYTES, BOARD_HEADER_BYTES } from './layout.js';
+import { describeSignature } from './signature.js';
+
+const ARRIVE = 0;
+const DONE = 16;
+const SLEEPERS = 32;
+const SIG = 48;
+const SPIN_MS = 0.05;
+const YIELD_MS = 0.5;
+const SLEEP_SLICE_MS = 5;
+
+interface BoardView {
+  words: Int32Array;
+  buffers: [Uint8Array, Uint8Array];
+}
+
+function viewOf(inbox: Uint8Array, offset: number): BoardView {
+  const base = inbox.byteOffset + offset;
+  const b0 = base + BOARD_HEADER_BYTES;
+  return {
+    words: new Int32Array(inbox.buffer, base, BOARD_HEADER_BYTES >> 2),
+    buffers: [new Uint8Array(inbox.buffer, b0, BOARD_BUFFER_BYTES), new Uint8Array(inbox.buffer, b0 + BOARD_BUFFER_BYTES, BOARD_BUFFER_BYTES)],
+  };
+}
+
+export class Board {
+  /** boards[r]: rank r's board (this rank's own, or a peer's through the mapping). */
+  private readonly boards: BoardView[] = [];
+  private seq = 0;
+  /** Async users queue here: board calls run one at a time, in call order. */
+  private tail: Promise<void> = Promise.resolve();
+  private pending = 0;
+
+  private constructor(private readonly device: Device) {
+    for (let r = 0; r < device.size; r++) {
+      const inbox = r === device.rank ? device.inbox.bytes : (device.pairs[r]?.peerInbox as Uint8Array);
+      this.boards.push(viewOf(inbox, device.boardOffset));
+    }
+  }
+
+  /** A board when every peer's inbox is mapped (shm on one host), else undefined. */
+  static open(device: Device): Board | undefined {
+    if (device.nic.provider !== 'shm') return undefined;
+    for (let r = 0; r < device.size; r++) if (r !== device.rank && !device.pairs[r]?.peerInbox) return undefined;
+    if (device.inbox.byteLength < device.boardOffset + BOARD_HEADER_BYTES + 2 * BOARD_BUFFER_BYTES) return undefined;
+    return new Board(device);
+  }
+
+  static readonly capacity = BOARD_BUFFER_BYTES;
+
+  /** Runs `fn` after every earlier async board call (they share the sequence). */
+  queue<T>(fn: () => Promise<T>): Promise<T> {
+    this.pending++;
+    const run = this.tail.then(fn);
+    this.tail = run.then(
+      () => void this.pending--,
+      () => void this.pending--,
+    );
+    return run;
+  }
+
+  get busy(): boolean {
+    return this.pending > 0;
+  }
+
+  /**
+   * Step 1 of a call: waits until the buffer is free, copies `bytes` in and publishes them.
+   * Returns the call's sequence number.
+   */
+  publishSync(bytes: Uint8Array, sig: number, deadline: Deadline, what: string): number {
+    const k = ++this.seq;
+    this.waitSync(DONE, k - 2, deadline, what);
+    this.publish(k, bytes, sig);
+    return k;
+  }
+
+  async publishAsync(bytes: Uint8Array, sig: number, deadline: Deadline, what: string): Promise<number> {
+    const k = ++this.seq;
+    await this.waitAsync(DONE, k - 2, deadline, what);
+    this.publish(k, bytes, sig);
+    return k;
+  }
+
+  private publish(k: number, bytes: Uint8Array, sig: number): void {
+    const me = this.boards[this.device.rank];
+    const buf = me.buffers[k & 1];
+    if (bytes.byteLength >= 2048) native.copyBytes(buf, 0, bytes, 0, bytes.byteLength);
+    else for (let i = 0; i < bytes.byteLength; i++) buf[i] = bytes[i];
+    me.words[SIG + 2 * (k & 1)] = sig;
+    me.words[SIG + 2 * (k & 1) + 1] = bytes.byteLength;
+    this.store(ARRIVE, k);
+  }
+
+  /** Step 2: waits for every peer's call k; returns the rank-ordered views of their bytes. */
+  gatherSync(k: number, sig: number, nbytes: number, deadline: Deadline, what: string): Uint8Array[] {
+    this.waitSync(ARRIVE, k, deadline, what);
+    return this.views(k, sig, nbytes);
+  }
+
+  async gatherAsync(k: number, sig: number, nbytes: number, deadline: Deadline, what: string): Promise<Uint8Array[]> {
+    await this.waitAsync(ARRIVE, k, deadline, what);
+    return this.views(k, sig, nbytes);
+  }
+
+  /** Step 3: this rank is done reading call k (peers may reuse their buffer). */
+  release(k: number): void {
+    this.store(DONE, k);
+  }
+
+  private views(k: number, sig: number, nbytes: number): Uint8Array[] {
+    const out: Uint8Array[] = [];
+    const p = k & 1;
+    for (let r = 0; r < this.boards.length; r++) {
+      const b = this.boards[r];
+      const theirSig = b.words[SIG + 2 * p] >>> 0;
+      const theirBytes = b.words[SIG + 2 * p + 1] >>> 0;
+      if (theirSig !== sig >>> 0) {
+        throw this.abort(new WeftError('EINVAL', `${this.device.label}: ${describeSignature(sig)} met rank ${r}, which called ${describeSignature(theirSig)}; every rank must make the same collective calls in the same order, with the same dtype, op and root`));
+      }
+      if (theirBytes !== nbytes) {
+        throw this.abort(new WeftError('EINVAL', `${this.device.label}: ${describeSignature(sig)}: rank ${r} passed ${theirBytes} bytes where this rank passed ${nbytes}; every rank must pass arrays of matching lengths (and dtypes)`));
+      }
+      out.push(b.buffers[p].subarray(0, nbytes));
+    }
+    return out;
+  }
+
+  private abort(err: WeftError): WeftError {
+    this.device.abort(err);
+    return err;
+  }
+
+  private store(word: number, k: number): void {
+    const w = this.boards[this.device.rank].words;
+    Atomics.store(w, word, k);
+    if (Atomics.load(w, SLEEPERS) > 0) native.futexWake(w, word);
+  }
+
+  /** The first rank whose `word` is below k, or -1. */
+  private behind(word: number, k: number): number {
+    const me = this.device.rank;
+    for (let r = 0; r < this.boards.length; r++) if (r !== me && Atomics.load(this.boards[r].words, word) - k < 0) return r;
+    return -1;
+  }
+
+  private check(deadline: Deadline, what: string, r: number): void {
+    this.device.progress(); // surfaces dead peers and ABORT messages
+    if (this.device.failure) throw this.device.failure;
+    if (deadline.signal?.aborted || deadline.remaining() <= 0) {
+      const why = deadline.signal?.aborted ? "aborted by the caller's AbortSignal" : `timed out after ${Math.round(deadline.timeoutMs)} ms`;
+      throw this.abort(new WeftError(deadline.signal?.aborted ? 'EABORTED' : 'ETIMEDOUT', `${what}: ${why} waiting for rank ${r} (intra-host board); is that rank alive and making the same call?`));
+    }
+  }
+
+  private waitSync(word: number, k: number, deadline: Deadline, what: string): void {
+    let r = this.behind(word, k);
+    if (r < 0) return;
+    const t0 = performance.now();
+    for (let i = 1; ; i++) {
+      r = this.behind(word, k);
+      if (r < 0) return;
+      if ((i & 255) === 0) {
+        const dt = performance.now() - t0;
+        if (dt > SPIN_MS) {
+          this.check(deadline, what, r);
+          if (dt < YIELD_MS) native.yieldThread();
+          else this.sleepSync(r, word, k, deadline);
+        }
+      }
+    }
+  }
+
+  private sleepSync(r: number, word: number, k: number, deadline: Deadline): void {
+    const w = this.boards[r].words;
+    Atomics.add(w, SLEEPERS, 1);
+    const v = Atomics.load(w, word);
+    if (v - k < 0) native.futexWait(w, word, v, Math.max(1, Math.min(SLEEP_SLICE_MS, deadline.remaining())));
+    Atomics.sub(w, SLEEPERS, 1);
+  }
+
+  private async waitAsync(word: number, k: number, deadline: Deadline, what: string): Promise<void> {
+    let r = this.behind(word, k);
+    if (r < 0) return;
+    const t0 = performance.now();
+    for (let i = 1; ; i++) {
+      r = this.behind(word, k);
+      if (r < 0) return;
+      if ((i & 255) === 0) {
+        const dt = performance.now() - t0;
+        if (dt > SPIN_MS) {
+          this.check(deadline, what, r);
+          if (dt < YIELD_MS) await new Promise<void>((res) => setImmediate(res));
+          else {
+            const w = this.boards[r].words;
+            Atomics.add(w, SLEEPERS, 1);
+            const v = Atomics.load(w, word);
+            if (v - k < 0) await native.futexWaitAsync(w, word, v, Math.max(1, Math.min(SLEEP_SLICE_MS, deadline.remaining())));
+            Atomics.sub(w, SLEEPERS, 1);
+          }
+        }
+      }
+    }
+  }
+}
