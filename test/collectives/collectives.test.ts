@@ -53,6 +53,14 @@ function matrix(provider: string, n: number, big?: number): void {
   });
 }
 
+for (const provider of hasOfi ? ['shm', 'ofi'] : ['shm']) {
+  test(`transport: unbound buffers (offsets, any source, abortWaitRecv) and bound buffers, 3 ranks over ${provider}`, async () => {
+    const r = await run([WEFT, 'run', '-n', '3', RANK, 'transport'], { WEFT_PROVIDER: provider }, 120_000);
+    assert.is(r.code, 0, r.out.slice(-3000));
+    for (let k = 0; k < 3; k++) assert.match(r.out, new RegExp(`ok rank ${k}: \\d+ checks`));
+  });
+}
+
 for (const n of [2, 3, 4, 5]) matrix('shm', n);
 if (hasOfi) {
   for (const n of [2, 3]) matrix('ofi', n);

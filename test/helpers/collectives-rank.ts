@@ -4,7 +4,7 @@
 //   mismatch  rank 1 passes a different length (or dtype, with argv[3] = 'dtype')
 //   kill      allreduce in a loop; the last rank SIGKILLs itself mid-way
 // Prints "ok rank R: N checks" at the end, or throws (exit code 1) naming the failed case.
-import { init, WeftError, type Context, type TypedArray } from '../../src/index.js';
+import { init, WeftError, UnboundBuffer, createSendBuffer, createRecvBuffer, type Context, type TypedArray } from '../../src/index.js';
 import type { ReduceOp } from '../../src/reduce/index.js';
 
 type Ctor = { new (n: number): TypedArray; name: string; BYTES_PER_ELEMENT: number };
@@ -230,7 +230,69 @@ async function matrix(c: Context): Promise<void> {
   c.barrierSync({ tag: 1 });
 }
 
-if (mode === 'matrix') {
+/** Gloo's transport vocabulary directly: unbound buffers (any source, abort) and bound buffers. */
+async function transport(c: Context): Promise<void> {
+  const dev = c.transport;
+  const right = (rank + 1) % size;
+  const left = (rank + size - 1) % size;
+  // Unbound: a ring under slot 11, then receive-from-any at rank 0 under slot 12.
+  const out = new UnboundBuffer(dev, gen(Float64Array, rank, 3000));
+  const inb = new UnboundBuffer(dev, new Float64Array(3000));
+  inb.recv(left, 11);
+  out.send(right, 11);
+  if ((await out.waitSend()) !== right) throw new Error(`rank ${rank}: waitSend named the wrong rank`);
+  if ((await inb.waitRecv()) !== left) throw new Error(`rank ${rank}: waitRecv named the wrong rank`);
+  same('UnboundBuffer ring', inb.view as TypedArray, gen(Float64Array, left, 3000));
+  // Offsets: a slice of 100 elements lands at element 200.
+  const part = new UnboundBuffer(dev, new Float64Array(400));
+  part.recv(left, 13, 200 * 8, 100 * 8);
+  out.send(right, 13, 50 * 8, 100 * 8);
+  out.waitSendSync();
+  part.waitRecvSync();
+  same('UnboundBuffer offsets', (part.view as Float64Array).subarray(200, 300), (gen(Float64Array, left, 3000) as Float64Array).subarray(50, 150));
+  if (rank === 0) {
+    const any = new UnboundBuffer(dev, new Int32Array(1));
+    const seen: number[] = [];
+    for (let k = 1; k < size; k++) {
+      any.recv([...Array(size).keys()].filter((r) => r !== 0), 12);
+      const from = await any.waitRecv();
+      if ((any.view as Int32Array)[0] !== from * 10) throw new Error(`rank 0: any-source message from ${from} holds ${(any.view as Int32Array)[0]}`);
+      seen.push(from);
+    }
+    checks++;
+    if (new Set(seen).size !== size - 1) throw new Error(`rank 0: any-source saw ${seen}`);
+    // abortWaitRecv: a receive nobody sends to is given up cleanly.
+    any.recv(1, 99);
+    setTimeout(() => any.abortWaitRecv(), 50);
+    try {
+      await any.waitRecv({ timeoutMs: 5000 });
+      throw new Error('rank 0: waitRecv returned after abortWaitRecv');
+    } catch (err) {
+      checks++;
+      if ((err as WeftError).code !== 'EABORTED') throw err;
+    }
+  } else {
+    const mine = new UnboundBuffer(dev, Int32Array.of(rank * 10));
+    mine.send(0, 12);
+    await mine.waitSend();
+  }
+  // Bound buffers: three sends into one receive buffer at different remote offsets.
+  const rb = createRecvBuffer(dev, left, 21, new Uint8Array(300));
+  const sb = createSendBuffer(dev, right, 21, Uint8Array.from({ length: 100 }, (_, i) => (i + rank) & 0xff));
+  for (let k = 0; k < 3; k++) sb.send(0, 100, k * 100);
+  for (let k = 0; k < 3; k++) await sb.waitSend();
+  for (let k = 0; k < 3; k++) await rb.waitRecv();
+  const want = Uint8Array.from({ length: 300 }, (_, i) => ((i % 100) + left) & 0xff);
+  same('bound buffers', rb.bytes, want);
+  rb.close();
+  await c.barrier();
+}
+
+if (mode === 'transport') {
+  await transport(ctx);
+  console.log(`ok rank ${rank}: ${checks} checks`);
+  await ctx.close();
+} else if (mode === 'matrix') {
   await matrix(ctx);
   console.log(`ok rank ${rank}: ${checks} checks`);
   await ctx.close();
