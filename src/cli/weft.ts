@@ -82,6 +82,18 @@ bench
     await r.benchReduce({ timeMs: o.time, json: !!o.json, quick: !!o.quick });
   });
 
+bench
+  .command('collectives')
+  .description('nccl-tests style sweep of allreduce, broadcast, allgather, reduce_scatter, barrier, 8 B to 64 MiB, with Gloo and Open MPI when installed (--help for options)')
+  // The options live in bench/collectives/index.ts, which parses the rest of the command line.
+  .helpOption(false)
+  .allowUnknownOption()
+  .allowExcessArguments()
+  .action(async (_o: unknown, cmd: Command) => {
+    const c = await import('../../bench/collectives/index.js');
+    await c.main([process.argv[0], 'weft bench collectives', ...cmd.args]);
+  });
+
 program.parseAsync().catch((err: Error) => {
   console.error(`weft: ${err.message}`);
   process.exit(1);

@@ -113,8 +113,8 @@ export async function allreduce<T extends TypedArray>(g: Group, input: T, option
   if (p.board) {
     const b = p.board;
     await b.board.queue(async () => {
-      const k = await b.board.publishAsync(b.inB, p.c.sig, p.c.deadline, p.c.what);
-      const srcs = await b.board.gatherAsync(k, p.c.sig, b.inB.byteLength, p.c.deadline, p.c.what);
+      const k = await b.board.publishAsync(b.inB, p.c.sig, p.c);
+      const srcs = await b.board.gatherAsync(k, p.c.sig, b.inB.byteLength, p.c);
       reduceMany(b.red.op, b.red.dtype, b.count, b.outB, srcs);
       b.board.release(k);
     });
@@ -130,8 +130,8 @@ export function allreduceSync<T extends TypedArray>(g: Group, input: T, options:
   if (p.board) {
     const b = p.board;
     if (b.board.busy) throw new WeftError('EINVAL', `${p.c.what}: an async allreduce is still running on this context; await it before a blocking one`);
-    const k = b.board.publishSync(b.inB, p.c.sig, p.c.deadline, p.c.what);
-    const srcs = b.board.gatherSync(k, p.c.sig, b.inB.byteLength, p.c.deadline, p.c.what);
+    const k = b.board.publishSync(b.inB, p.c.sig, p.c);
+    const srcs = b.board.gatherSync(k, p.c.sig, b.inB.byteLength, p.c);
     reduceMany(b.red.op, b.red.dtype, b.count, b.outB, srcs);
     b.board.release(k);
   } else {

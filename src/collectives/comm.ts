@@ -38,7 +38,7 @@ export class Comm {
   readonly device: Device;
   readonly slot: number;
   readonly deadline: Deadline;
-  readonly what: string;
+  private readonly tag: number;
   private held: Uint8Array[] | undefined;
   constructor(
     readonly group: Group,
@@ -52,9 +52,14 @@ export class Comm {
     const tag = options.tag ?? 0;
     if (!Number.isInteger(tag) || tag < 0 || tag > 0xffffffff) throw new WeftError('EINVAL', `rank ${this.rank}: ${collective}: tag must be an integer in [0, 2^32), got ${tag}`);
     this.slot = collectiveSlot(collective, tag);
+    this.tag = tag;
     this.deadline = new Deadline(options.timeoutMs, options.signal);
-    this.what = `rank ${this.rank}: ${collective} (tag ${tag})`;
-    this.device.checkUsable(`${collective} (tag ${tag})`);
+    if (this.device.failure || this.device.closed) this.device.checkUsable(`${collective} (tag ${tag})`);
+  }
+
+  /** "rank 3: allreduce (tag 0)", for messages (built only when needed). */
+  get what(): string {
+    return `rank ${this.rank}: ${this.collective} (tag ${this.tag})`;
   }
 
   /** Scratch memory for this call, given back when it ends. */

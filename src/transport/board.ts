@@ -41,6 +41,12 @@ function viewOf(inbox: Uint8Array, offset: number): BoardView {
   };
 }
 
+/** The call on whose behalf the board waits: its deadline, and its name for errors (lazy). */
+export interface BoardCall {
+  readonly deadline: Deadline;
+  readonly what: string;
+}
+
 export class Board {
   /** boards[r]: rank r's board (this rank's own, or a peer's through the mapping). */
   private readonly boards: BoardView[] = [];
@@ -85,16 +91,16 @@ export class Board {
    * Step 1 of a call: waits until the buffer is free, copies `bytes` in and publishes them.
    * Returns the call's sequence number.
    */
-  publishSync(bytes: Uint8Array, sig: number, deadline: Deadline, what: string): number {
+  publishSync(bytes: Uint8Array, sig: number, call: BoardCall): number {
     const k = ++this.seq;
-    this.waitSync(DONE, k - 2, deadline, what);
+    this.waitSync(DONE, k - 2, call);
     this.publish(k, bytes, sig);
     return k;
   }
 
-  async publishAsync(bytes: Uint8Array, sig: number, deadline: Deadline, what: string): Promise<number> {
+  async publishAsync(bytes: Uint8Array, sig: number, call: BoardCall): Promise<number> {
     const k = ++this.seq;
-    await this.waitAsync(DONE, k - 2, deadline, what);
+    await this.waitAsync(DONE, k - 2, call);
     this.publish(k, bytes, sig);
     return k;
   }
@@ -110,13 +116,13 @@ export class Board {
   }
 
   /** Step 2: waits for every peer's call k; returns the rank-ordered views of their bytes. */
-  gatherSync(k: number, sig: number, nbytes: number, deadline: Deadline, what: string): Uint8Array[] {
-    this.waitSync(ARRIVE, k, deadline, what);
+  gatherSync(k: number, sig: number, nbytes: number, call: BoardCall): Uint8Array[] {
+    this.waitSync(ARRIVE, k, call);
     return this.views(k, sig, nbytes);
   }
 
-  async gatherAsync(k: number, sig: number, nbytes: number, deadline: Deadline, what: string): Promise<Uint8Array[]> {
-    await this.waitAsync(ARRIVE, k, deadline, what);
+  async gatherAsync(k: number, sig: number, nbytes: number, call: BoardCall): Promise<Uint8Array[]> {
+    await this.waitAsync(ARRIVE, k, call);
     return this.views(k, sig, nbytes);
   }
 
@@ -125,9 +131,15 @@ export class Board {
     this.store(DONE, k);
   }
 
+  /** Views of the last size used, per parity: steady loops allocate nothing. */
+  private readonly cached: [Uint8Array[], Uint8Array[]] = [[], []];
+  private cachedBytes: [number, number] = [-1, -1];
+
   private views(k: number, sig: number, nbytes: number): Uint8Array[] {
-    const out: Uint8Array[] = [];
     const p = k & 1;
+    const out = this.cached[p];
+    const fresh = this.cachedBytes[p] !== nbytes;
+    this.cachedBytes[p] = nbytes;
     for (let r = 0; r < this.boards.length; r++) {
       const b = this.boards[r];
       const theirSig = b.words[SIG + 2 * p] >>> 0;
@@ -138,7 +150,7 @@ export class Board {
       if (theirBytes !== nbytes) {
         throw this.abort(new WeftError('EINVAL', `${this.device.label}: ${describeSignature(sig)}: rank ${r} passed ${theirBytes} bytes where this rank passed ${nbytes}; every rank must pass arrays of matching lengths (and dtypes)`));
       }
-      out.push(b.buffers[p].subarray(0, nbytes));
+      if (fresh) out[r] = b.buffers[p].subarray(0, nbytes);
     }
     return out;
   }
@@ -161,16 +173,17 @@ export class Board {
     return -1;
   }
 
-  private check(deadline: Deadline, what: string, r: number): void {
+  private check(call: BoardCall, r: number): void {
+    const { deadline } = call;
     this.device.progress(); // surfaces dead peers and ABORT messages
     if (this.device.failure) throw this.device.failure;
     if (deadline.signal?.aborted || deadline.remaining() <= 0) {
       const why = deadline.signal?.aborted ? "aborted by the caller's AbortSignal" : `timed out after ${Math.round(deadline.timeoutMs)} ms`;
-      throw this.abort(new WeftError(deadline.signal?.aborted ? 'EABORTED' : 'ETIMEDOUT', `${what}: ${why} waiting for rank ${r} (intra-host board); is that rank alive and making the same call?`));
+      throw this.abort(new WeftError(deadline.signal?.aborted ? 'EABORTED' : 'ETIMEDOUT', `${call.what}: ${why} waiting for rank ${r} (intra-host board); is that rank alive and making the same call?`));
     }
   }
 
-  private waitSync(word: number, k: number, deadline: Deadline, what: string): void {
+  private waitSync(word: number, k: number, call: BoardCall): void {
     let r = this.behind(word, k);
     if (r < 0) return;
     const t0 = performance.now();
@@ -180,9 +193,9 @@ export class Board {
       if ((i & 255) === 0) {
         const dt = performance.now() - t0;
         if (dt > SPIN_MS) {
-          this.check(deadline, what, r);
+          this.check(call, r);
           if (dt < YIELD_MS) native.yieldThread();
-          else this.sleepSync(r, word, k, deadline);
+          else this.sleepSync(r, word, k, call.deadline);
         }
       }
     }
@@ -196,7 +209,7 @@ export class Board {
     Atomics.sub(w, SLEEPERS, 1);
   }
 
-  private async waitAsync(word: number, k: number, deadline: Deadline, what: string): Promise<void> {
+  private async waitAsync(word: number, k: number, call: BoardCall): Promise<void> {
     let r = this.behind(word, k);
     if (r < 0) return;
     const t0 = performance.now();
@@ -206,13 +219,17 @@ export class Board {
       if ((i & 255) === 0) {
         const dt = performance.now() - t0;
         if (dt > SPIN_MS) {
-          this.check(deadline, what, r);
-          if (dt < YIELD_MS) await new Promise<void>((res) => setImmediate(res));
+          this.check(call, r);
+          if (dt < YIELD_MS) {
+            // Let other callbacks run, and other ranks have the core (2 cores, 4 ranks).
+            await new Promise<void>((res) => setImmediate(res));
+            native.yieldThread();
+          }
           else {
             const w = this.boards[r].words;
             Atomics.add(w, SLEEPERS, 1);
             const v = Atomics.load(w, word);
-            if (v - k < 0) await native.futexWaitAsync(w, word, v, Math.max(1, Math.min(SLEEP_SLICE_MS, deadline.remaining())));
+            if (v - k < 0) await native.futexWaitAsync(w, word, v, Math.max(1, Math.min(SLEEP_SLICE_MS, call.deadline.remaining())));
             Atomics.sub(w, SLEEPERS, 1);
           }
         }

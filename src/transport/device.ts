@@ -54,7 +54,7 @@ export class Device implements PairHost {
   private readonly batch = new CompletionBatch(256);
   private readonly waiters: Waiter[] = [];
   private looping = false;
-  private closed = false;
+  closed = false;
 
   constructor(
     readonly nic: NicDevice,
