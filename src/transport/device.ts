@@ -130,7 +130,8 @@ export class Device implements PairHost {
   private pairFailed(pair: Pair, err: WeftError | undefined, status: number): void {
     if (pair.error) return;
     const dead = status === Status.PEER_DEAD;
-    const e = new WeftError(dead ? 'EPEERDEAD' : (err?.code ?? 'ETRANSPORT'), `${this.label}: rank ${pair.peer} ${dead ? 'died' : `failed (${statusName(status)})`}: ${err?.message ?? ''}`, { cause: err });
+    const detail = err ? unlabel(err.message, this.label) : statusName(status);
+    const e = new WeftError(dead ? 'EPEERDEAD' : (err?.code ?? 'ETRANSPORT'), `${this.label}: rank ${pair.peer} ${dead ? 'died' : `failed (${statusName(status)})`}: ${detail}`, { cause: err });
     pair.fail(e);
     // The others may be waiting on ranks that wait on the dead one: tell everybody.
     this.abort(e);
@@ -143,7 +144,7 @@ export class Device implements PairHost {
   abort(err: WeftError): void {
     if (this.failure) return;
     this.failure = err;
-    for (const p of this.pairs) p?.sendAbort(`rank ${this.rank}: ${err.message}`);
+    for (const p of this.pairs) p?.sendAbort(unlabel(err.message, this.label));
     for (const p of this.pairs) p?.fail(err);
     this.settleWaiters();
   }
