@@ -11,9 +11,14 @@ export interface WaitOptions {
 
 /** Default timeout of blocking calls, overridable with WEFT_TIMEOUT_MS. */
 export function defaultTimeoutMs(): number {
-  const env = Number(process.env.WEFT_TIMEOUT_MS);
-  return Number.isFinite(env) && env > 0 ? env : 30_000;
+  // Read once: process.env is a slow getter and this runs on every collective call.
+  if (cachedMs === undefined) {
+    const env = Number(process.env.WEFT_TIMEOUT_MS);
+    cachedMs = Number.isFinite(env) && env > 0 ? env : 30_000;
+  }
+  return cachedMs;
 }
+let cachedMs: number | undefined;
 
 /** A point in time after which a blocking call gives up. */
 export class Deadline {
