@@ -1,0 +1,56 @@
+/**
+ * SVG charts of `weft bench collectives` with Vega-Lite, rendered headless as bench/lib/plot.ts
+ * does: allreduce bus bandwidth and latency against size, log scales, one line per system and
+ * transport, one panel per np. The memory floor (np=2) is drawn as its own line.
+ */
+import { mkdirSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import * as vega from 'vega';
+import * as vl from 'vega-lite';
+import type { CollectiveResult } from './metrics.js';
+
+async function render(spec: vl.TopLevelSpec, file: string): Promise<void> {
+  const view = new vega.View(vega.parse(vl.compile(spec).spec), { renderer: 'none' });
+  writeFileSync(file, await view.toSVG());
+}
+
+function series(r: CollectiveResult): string {
+  return r.system === 'floor' ? `memory floor (${r.provider})` : `${r.system} ${r.provider}`;
+}
+
+/** At most 8 of the measured sizes, evenly spaced, the largest always among them. */
+function tickSizes(bytes: number[]): number[] {
+  const sizes = [...new Set(bytes)].sort((a, b) => a - b);
+  const step = Math.ceil(sizes.length / 8);
+  return sizes.filter((_, i) => (sizes.length - 1 - i) % step === 0);
+}
+
+/** Writes collectives-allreduce-busbw.svg and collectives-allreduce-latency.svg into outDir. */
+export async function plotCollectives(rows: CollectiveResult[], outDir: string, title = ''): Promise<string[]> {
+  mkdirSync(outDir, { recursive: true });
+  const points = rows
+    .filter((r) => r.op === 'allreduce' && (r.np === 2 || r.np === 4) && r.bytes > 0)
+    .map((r) => ({ series: series(r), floor: r.system === 'floor', np: `np=${r.np}`, bytes: r.bytes, us: r.median_us, busbw: r.busbw_gbps }));
+  const x = { field: 'bytes', type: 'quantitative' as const, scale: { type: 'log' as const, base: 2 }, title: 'size (bytes, per rank)', axis: { values: tickSizes(points.map((p) => p.bytes)), labelExpr: "datum.value >= 1048576 ? datum.value / 1048576 + ' MiB' : datum.value >= 1024 ? datum.value / 1024 + ' KiB' : datum.value + ' B'" } };
+  const chart = (metric: 'busbw' | 'us', yTitle: string, heading: string): vl.TopLevelSpec => ({
+    $schema: 'https://vega.github.io/schema/vega-lite/v5.json',
+    title: `${heading}${title ? ` (${title})` : ''}`,
+    data: { values: points.filter((p) => p[metric] !== null && p[metric] !== undefined) },
+    facet: { column: { field: 'np', type: 'nominal', title: null } },
+    spec: {
+      width: 360,
+      height: 260,
+      mark: { type: 'line', point: true },
+      encoding: {
+        x,
+        y: { field: metric, type: 'quantitative', scale: { type: 'log' }, title: yTitle },
+        color: { field: 'series', type: 'nominal', title: 'system / transport', legend: { labelLimit: 320 } },
+        strokeDash: { field: 'floor', type: 'nominal', scale: { domain: [false, true], range: [[1, 0], [4, 3]] }, legend: null },
+      },
+    },
+  });
+  const files = [path.join(outDir, 'collectives-allreduce-busbw.svg'), path.join(outDir, 'collectives-allreduce-latency.svg')];
+  await render(chart('busbw', 'bus bandwidth (GB/s, higher is better)', 'allreduce float32 sum: bus bandwidth (median)'), files[0]);
+  await render(chart('us', 'time (us, lower is better)', 'allreduce float32 sum: time (median of max over ranks)'), files[1]);
+  return files;
+}
