@@ -32,6 +32,9 @@ export interface CollectiveOptions extends WaitOptions {
 
 export type Algorithm = Generator<readonly TransportOp[], void, void>;
 
+/** How long an async collective polls a step before awaiting it (holds the event loop at most this long). */
+const ASYNC_SPIN_MS = 0.25;
+
 export class Comm {
   readonly rank: number;
   readonly size: number;
@@ -126,7 +129,10 @@ export function runSync(c: Comm, alg: Algorithm): void {
 
 export async function runAsync(c: Comm, alg: Algorithm): Promise<void> {
   try {
-    for (let r = alg.next(); !r.done; r = alg.next()) await c.device.waitAsync(r.value, c.deadline, c.what);
+    for (let r = alg.next(); !r.done; r = alg.next()) {
+      if (c.device.pollFor(r.value, ASYNC_SPIN_MS)) continue;
+      await c.device.waitAsync(r.value, c.deadline, c.what);
+    }
   } catch (err) {
     throw failed(c, err);
   } finally {

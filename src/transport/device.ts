@@ -30,6 +30,16 @@ function unlabel(message: string, label: string): string {
   return message.startsWith(`${label}: `) ? message.slice(label.length + 2) : message;
 }
 
+/** Async progress: poll this long for completions before waiting on the CQ. */
+const SPIN_MS = 0.2;
+/** ...and let the event loop run at least this often while completions flow. */
+const YIELD_EVERY_MS = 1;
+
+/** One event-loop turn: pending microtasks and I/O callbacks run. */
+function turn(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve));
+}
+
 interface Waiter {
   ops: readonly TransportOp[];
   deadline: Deadline;
@@ -180,6 +190,26 @@ export class Device implements PairHost {
     }
   }
 
+  /**
+   * Polls for up to `ms` without yielding; true when every op is done. Async collectives try
+   * this before awaiting: a step whose data is already streaming in finishes without an
+   * event-loop round trip per chunk, and the event loop is held for at most `ms` per step.
+   */
+  pollFor(ops: readonly TransportOp[], ms: number): boolean {
+    const until = performance.now() + ms;
+    for (let i = 0; ; i++) {
+      this.progress();
+      let all = true;
+      for (let j = 0; j < ops.length; j++) {
+        const op = ops[j];
+        if (op.error) return false;
+        if (!op.done) all = false;
+      }
+      if (all) return true;
+      if ((i & 15) === 15 && performance.now() > until) return false;
+    }
+  }
+
   /** Resolves when every op settled; rejects with the first failure or the timeout. */
   waitAsync(ops: readonly TransportOp[], deadline: Deadline, what: string): Promise<void> {
     this.progress();
@@ -201,13 +231,30 @@ export class Device implements PairHost {
     });
   }
 
+  /**
+   * The shared progress loop of async waiters. While completions flow it polls in bursts (up to
+   * SPIN_MS without finding any), giving the event loop a turn at least every YIELD_EVERY_MS
+   * and whenever a waiter was settled (its algorithm then posts its next operations); when
+   * nothing comes, it waits on the completion queue (spin, yield, then sleep).
+   */
   private async loop(): Promise<void> {
     this.looping = true;
     try {
+      let lastTurn = performance.now();
       while (this.waiters.length > 0) {
-        this.progress();
+        let n = this.progress();
+        const before = this.waiters.length;
         this.settleWaiters();
         if (this.waiters.length === 0) break;
+        let now = performance.now();
+        if (this.waiters.length < before || now - lastTurn > YIELD_EVERY_MS) {
+          await turn();
+          lastTurn = performance.now();
+          continue;
+        }
+        const until = now + SPIN_MS;
+        while (n === 0 && (now = performance.now()) < until) n = this.progress();
+        if (n > 0) continue;
         let slice = 20;
         for (const w of this.waiters) slice = Math.min(slice, w.deadline.remaining());
         try {
@@ -217,6 +264,7 @@ export class Device implements PairHost {
             for (const w of this.waiters.splice(0)) w.reject(err);
           }
         }
+        lastTurn = performance.now();
       }
     } finally {
       this.looping = false;
