@@ -94,6 +94,19 @@ bench
     await c.main([process.argv[0], 'weft bench collectives', ...cmd.args]);
   });
 
+bench
+  .command('rpc')
+  .description('copyrpc round trip and throughput (queue depths, endpoints, payloads) vs node:net, zeromq and grpc-js')
+  .option('--provider <list>', 'comma-separated providers (default: shm, and ofi when built)')
+  .option('--runs <n>', 'runs per point; the median is reported', positiveInt, 3)
+  .option('--json', 'print one JSON object per line')
+  .option('--quick', 'smaller runs (smoke test)')
+  .option('--no-peers', 'skip node:net, zeromq and grpc-js')
+  .action(async (o: { provider?: string; runs: number; json?: boolean; quick?: boolean; peers: boolean }) => {
+    const rpc = await import('../../bench/rpc/index.js');
+    await rpc.benchRpc({ providers: o.provider ? o.provider.split(',') : rpc.defaultRpcProviders(), runs: o.runs, json: !!o.json, quick: !!o.quick, peers: o.peers });
+  });
+
 program.parseAsync().catch((err: Error) => {
   console.error(`weft: ${err.message}`);
   process.exit(1);

@@ -1,0 +1,128 @@
+/**
+ * One side of a copyrpc benchmark pair: `node worker.js <scenario> <rank> 2 <provider> <json>`
+ * (spawned by runScenario). Rank 0 calls and measures; rank 1 answers every request at once
+ * with a response of the same size. Both busy-poll: this is the synchronous zero-allocation
+ * path (Endpoint.call / Context.poll / recv / reply).
+ *
+ * Scenario 'run' takes a list of points {qd, endpoints, bytes, calls}; each point runs
+ * `runs` times after a warm-up and reports calls/s (and for qd 1 the round trip). With
+ * `gcCheck`, the last point also counts garbage collections during its runs (zero means the
+ * loop allocated nothing per call: a million calls that allocated even 16 bytes each would
+ * fill the young generation several times).
+ */
+import { PerformanceObserver } from 'node:perf_hooks';
+import { createContext, type Endpoint } from '../../src/rpc/index.js';
+
+interface Point {
+  qd: number;
+  endpoints: number;
+  bytes: number;
+  calls: number;
+}
+interface Args {
+  points: Point[];
+  runs: number;
+  ring: number;
+  gcCheck?: boolean;
+}
+
+const [, rankS, , provider, argsJson] = process.argv.slice(2);
+const rank = Number(rankS);
+const args = JSON.parse(argsJson) as Args;
+const released = new Promise<void>((resolve) => process.on('message', (m: { type: string }) => m.type === 'release' && resolve()));
+
+function exchange(blobs: Record<number, string[]>): Promise<string[]> {
+  return new Promise((resolve) => {
+    const onMsg = (m: { type: string; table: { rank: number; descs: string[] }[] }) => {
+      if (m.type !== 'peers') return;
+      process.off('message', onMsg);
+      resolve(m.table.find((e) => e.rank !== rank)!.descs);
+    };
+    process.on('message', onMsg);
+    process.send!({ type: 'addr', rank, addrs: {}, descs: blobs[1 - rank] });
+  });
+}
+
+async function main(): Promise<unknown> {
+  const maxEps = Math.max(...args.points.map((p) => p.endpoints));
+  const ctx = await createContext<number>({ provider, label: `rank ${rank}`, srqSize: 64 * maxEps, cqDepth: 1 << 15 } as never);
+  const eps: Endpoint<number>[] = [];
+  for (let i = 0; i < maxEps; i++) eps.push(ctx.createEndpoint({ sendRingSize: args.ring, recvRingSize: args.ring, peerLabel: `rank ${1 - rank}` }));
+  const infos = await exchange({ [1 - rank]: eps.map((e) => Buffer.from(e.localInfo()).toString('base64')) });
+  eps.forEach((e, i) => e.connect(new Uint8Array(Buffer.from(infos[i], 'base64'))));
+  const total = args.points.reduce((a, p) => a + p.calls * (args.runs + 1), 0);
+
+  if (rank === 1) {
+    const resp = new Uint8Array(4096);
+    let served = 0;
+    while (served < total) {
+      ctx.poll();
+      for (let h = ctx.recv(); h; h = ctx.recv()) {
+        h.reply(resp.subarray(0, h.length));
+        served++;
+      }
+    }
+    for (let i = 0; i < 1000; i++) ctx.poll();
+    return { served };
+  }
+
+  const payloads = new Map<number, Uint8Array>();
+  const out = new Int32Array(maxEps);
+  let done = 0;
+  const onResponse = (e: number) => {
+    out[e]--;
+    done++;
+  };
+  let gcs = 0;
+  const obs = new PerformanceObserver((list) => (gcs += list.getEntries().length));
+  const results: unknown[] = [];
+  for (const [pi, p] of args.points.entries()) {
+    if (!payloads.has(p.bytes)) payloads.set(p.bytes, new Uint8Array(p.bytes).fill(7));
+    const payload = payloads.get(p.bytes) as Uint8Array;
+    const gcCheck = args.gcCheck && pi === args.points.length - 1;
+    const rates: number[] = [];
+    const rtts: number[] = [];
+    let heapDelta = 0;
+    for (let run = 0; run <= args.runs; run++) {
+      if (run === 1 && gcCheck) {
+        gcs = 0;
+        obs.observe({ entryTypes: ['gc'] });
+        heapDelta = -process.memoryUsage().heapUsed;
+      }
+      done = 0;
+      let issued = 0;
+      const E = p.endpoints;
+      const t0 = performance.now();
+      while (done < p.calls) {
+        for (let e = 0; e < E; e++) {
+          const ep = eps[e];
+          while (out[e] < p.qd && issued < p.calls && ep.call(payload, e, p.bytes) >= 0) {
+            out[e]++;
+            issued++;
+          }
+        }
+        ctx.poll(onResponse);
+      }
+      const sec = (performance.now() - t0) / 1000;
+      if (run > 0) {
+        rates.push(p.calls / sec);
+        rtts.push((sec * 1e6 * p.qd * p.endpoints) / p.calls);
+      }
+    }
+    if (gcCheck) {
+      heapDelta += process.memoryUsage().heapUsed;
+      await new Promise((r) => setTimeout(r, 50));
+      obs.disconnect();
+    }
+    results.push({ ...p, calls_per_s: rates, rtt_us: rtts, ...(gcCheck ? { gc_count: gcs, heap_delta_bytes: heapDelta, checked_calls: p.calls * args.runs } : {}) });
+  }
+  return { results };
+}
+
+main()
+  .then(async (result) => {
+    process.send!({ type: 'result', rank, result });
+    await released;
+    process.exit(0);
+  })
+  .catch((err: Error) => process.send!({ type: 'error', rank, message: err.stack ?? String(err) }, () => process.exit(1)));

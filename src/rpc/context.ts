@@ -1,0 +1,393 @@
+/**
+ * The copyrpc Context: one NIC device, ONE completion queue for every endpoint, the
+ * endpoint registry (an array indexed by QP number: O(1), no hashing), the shared receive
+ * credits, the queue of received requests, and poll().
+ *
+ * poll(), in the notes' order:
+ *  1. poll the CQ once (up to 256 completions) and decode each RECV_WRITE_IMM on its
+ *     endpoint, in arrival order; responses go to `onResponse` at once, requests to recv();
+ *  2. (send completions are in the same CQ: READ results update the consumer position, raw
+ *     one-sided operations count down `rawPending`, errors fail their endpoint);
+ *  3. repost receive credits below 2/3;
+ *  4. flush every endpoint with work: one WRITE_IMM per batch, plus consumer READs.
+ *
+ * Receive credits (the SRQ): our NIC has per-QP credits, not a shared receive queue, so the
+ * context emulates the SRQ's accounting. `srqSize` bounds the credits posted over all
+ * endpoints; each endpoint takes its share at creation; posted credits are counted
+ * context-wide and every consumed one is remembered per endpoint. When the context's posted
+ * count falls below 2/3 of what was posted, every endpoint is topped up in one sweep, as the
+ * notes repost the SRQ. Because a per-QP credit cannot move to another QP, an endpoint
+ * whose own share falls below 2/3 is also topped up, so an idle endpoint's credits never
+ * starve a busy one. No autoRepost: the NIC reposts nothing by itself.
+ */
+import { WeftError } from '../errors.js';
+import { createDevice, CompletionBatch, Opcode, Status, type CompletionQueue, type Device, type DeviceOptions, type MemoryRegion } from '../nic/index.js';
+import type { ShmDeviceOptions } from '../nic/shm/device.js';
+import { Deadline, type WaitOptions } from '../util/deadline.js';
+import { DEFAULT_SRQ_SIZE } from './constants.js';
+import { Endpoint, WR_BATCH, WR_RAW, WR_READ, type EndpointOptions, type RpcHost } from './endpoint.js';
+import { RecvHandle } from './recv-handle.js';
+import { driverFor, type ServeHandler, type ServeOptions, type Server } from './driver.js';
+
+/** Called for each response: the payload is `buffer[offset, offset + length)`, valid during the call only. */
+export type ResponseHandler<U> = (userData: U, buffer: Uint8Array, offset: number, length: number, endpoint: Endpoint<U>) => void;
+/** Called once per pending call of an endpoint that failed (peer dead, malformed batch, ...). */
+export type CallFailedHandler<U> = (userData: U, error: WeftError, endpoint: Endpoint<U>) => void;
+
+/** Options of `createContext`: the device's, plus the context's own. */
+export interface ContextOptions extends DeviceOptions, ShmDeviceOptions {
+  /** Receive credits over all endpoints (the SRQ size, default 1024). */
+  srqSize?: number;
+  /** Check the credit invariant on every batch, call and reply (also WEFT_RPC_DEBUG=1). */
+  debug?: boolean;
+}
+
+const MAX_QPN = 1024;
+
+/**
+ * Creates a context on a new device (provider as in createDevice: 'shm', 'ofi', ...).
+ *
+ * @example
+ * const ctx = await createContext({ provider: 'shm', label: 'rank 0' });
+ * const ep = ctx.createEndpoint({ sendRingSize: 1 << 16, recvRingSize: 1 << 16, peerLabel: 'rank 1' });
+ */
+export async function createContext<U = unknown>(options: ContextOptions = {}): Promise<Context<U>> {
+  const device = await createDevice({ ...options, autoRepost: false });
+  return new Context<U>(device, options);
+}
+
+export class Context<U = unknown> implements RpcHost<U> {
+  readonly device: Device;
+  readonly label: string;
+  readonly debug: boolean;
+  readonly srqSize: number;
+  /** Endpoints in creation order (index = endpoint id). */
+  readonly endpoints: Endpoint<U>[] = [];
+  private readonly byQpn: (Endpoint<U> | undefined)[] = new Array(MAX_QPN).fill(undefined);
+  private readonly batch = new CompletionBatch(256);
+  private dirtyList: Endpoint<U>[] = [];
+  private nDirty = 0;
+  /** Endpoints whose requests recv() handed out since the last poll. */
+  private takenList: Endpoint<U>[] = [];
+  private nTaken = 0;
+  // Received requests, FIFO, and the pool of handles.
+  private queue: (RecvHandle<U> | undefined)[] = new Array(64).fill(undefined);
+  private qHead = 0;
+  private qTail = 0;
+  private readonly pool: RecvHandle<U>[] = [];
+  // SRQ accounting.
+  private srqMax = 0;
+  private srqPosted = 0;
+  private readonly consumed: Endpoint<U>[] = [];
+  // Poll state.
+  private onResponse: ResponseHandler<U> | undefined;
+  private callbackError: unknown = undefined;
+  private readonly failed: Endpoint<U>[] = [];
+  private rawPostedCount = 0;
+  private rawDoneCount = 0;
+  /** Raw one-sided operations that completed with an error, and the last such error. */
+  rawFailed = 0;
+  rawError: WeftError | undefined;
+  private closed = false;
+
+  constructor(device: Device, options: ContextOptions = {}) {
+    this.device = device;
+    this.label = device.label;
+    this.debug = options.debug ?? process.env.WEFT_RPC_DEBUG === '1';
+    this.srqSize = options.srqSize ?? DEFAULT_SRQ_SIZE;
+    if (!Number.isInteger(this.srqSize) || this.srqSize < 4) throw new WeftError('EINVAL', `${this.label}: srqSize must be an integer >= 4, got ${this.srqSize}`);
+  }
+
+  /**
+   * Creates an endpoint (its rings, memory registrations and QP). Exchange `ep.localInfo()`
+   * with the peer and call `ep.connect(peerInfo)`.
+   *
+   * @example
+   * const ep = ctx.createEndpoint({ sendRingSize: 1 << 20, recvRingSize: 1 << 20, peerLabel: 'rank 1' });
+   */
+  createEndpoint(options: EndpointOptions = {}): Endpoint<U> {
+    if (this.closed) throw new WeftError('ECLOSED', `${this.label}: createEndpoint on a closed context`);
+    const share = options.recvCredits ?? 64;
+    if (this.srqMax + share > this.srqSize) {
+      throw new WeftError('EINVAL', `${this.label}: createEndpoint: ${this.endpoints.length} endpoints already hold ${this.srqMax} of the ${this.srqSize} shared receive credits; create the context with a larger srqSize or give endpoints fewer recvCredits`);
+    }
+    const ep = new Endpoint<U>(this, this.endpoints.length, options);
+    if (ep.qp.qpn >= MAX_QPN) throw new WeftError('EINVAL', `${this.label}: QP number ${ep.qp.qpn} beyond the registry`);
+    this.endpoints.push(ep);
+    this.byQpn[ep.qp.qpn] = ep;
+    this.srqMax += share;
+    this.srqPosted += share;
+    return ep;
+  }
+
+  /** Allocates registered memory for rdmaRead/rdmaWrite (send its descriptor() to the peer). */
+  allocate(byteLength: number): MemoryRegion {
+    return this.device.allocate(byteLength);
+  }
+
+  /** Raw one-sided operations posted and not completed yet. */
+  get rawPending(): number {
+    return this.rawPostedCount - this.rawDoneCount;
+  }
+
+  /** Received requests not yet taken by recv(). */
+  get queuedRequests(): number {
+    return this.qTail - this.qHead;
+  }
+
+  /**
+   * Processes completions, delivers responses to `onResponse`, queues requests for recv(),
+   * reposts receive credits and flushes every endpoint with pending batches. Returns the
+   * number of completions handled. Exceptions thrown by the callbacks are rethrown after the
+   * poll has finished its work (the protocol state stays consistent).
+   *
+   * @example
+   * const n = ctx.poll((token, buf, off, len) => done(token, buf.subarray(off, off + len)));
+   */
+  poll(onResponse?: ResponseHandler<U>, onCallFailed?: CallFailedHandler<U>): number {
+    if (this.nTaken > 0) this.refreshReleases();
+    const b = this.batch;
+    const k = this.device.cq.poll(b);
+    this.onResponse = onResponse;
+    const byQpn = this.byQpn;
+    for (let i = 0; i < k; i++) {
+      const op = b.opcode[i];
+      if (op === Opcode.RECV_WRITE_IMM) {
+        const ep = byQpn[b.qpn[i]];
+        if (ep === undefined) continue;
+        this.srqPosted--;
+        if (ep.consumedCredits++ === 0) this.consumed.push(ep);
+        ep.ingest(b.imm[i]);
+        continue;
+      }
+      const wr = b.wrId[i];
+      if (wr === WR_RAW && op !== Opcode.QP_EVENT) {
+        this.rawDoneCount++;
+        if (b.status[i] !== Status.SUCCESS) {
+          this.rawFailed++;
+          this.rawError = b.errors[i];
+        }
+        continue;
+      }
+      const ep = byQpn[b.qpn[i]];
+      if (ep === undefined) continue;
+      if (op === Opcode.READ && wr === WR_READ) ep.onReadDone(b.status[i] === Status.SUCCESS);
+      if (b.status[i] !== Status.SUCCESS) ep.fail(this.nicError(ep, b.errors[i], b.status[i]));
+    }
+    this.onResponse = undefined;
+    this.repost();
+    this.flush();
+    if (this.failed.length > 0 && onCallFailed) this.reportFailures(onCallFailed);
+    if (this.callbackError !== undefined) {
+      const err = this.callbackError;
+      this.callbackError = undefined;
+      throw err;
+    }
+    return k;
+  }
+
+  /**
+   * The next received request, or undefined. Requests come out in arrival order; reply to
+   * them in any order.
+   *
+   * @example
+   * for (let h = ctx.recv(); h; h = ctx.recv()) h.reply(h.payload);
+   */
+  recv(): RecvHandle<U> | undefined {
+    while (this.qHead !== this.qTail) {
+      const h = this.queue[this.qHead] as RecvHandle<U>;
+      this.queue[this.qHead++] = undefined;
+      if (this.qHead === this.qTail) this.qHead = this.qTail = 0;
+      const ep = h.endpoint;
+      if (ep.state !== 'ready') {
+        this.releaseHandle(h);
+        continue;
+      }
+      ep.taken(h.holdSeq);
+      if (!ep.tookSincePoll) {
+        ep.tookSincePoll = true;
+        this.takenList[this.nTaken++] = ep;
+      }
+      return h;
+    }
+    return undefined;
+  }
+
+  /**
+   * Answers every request on every endpoint with `handler` (the convenience layer; the
+   * context's driver polls until the server is closed). Replies may come in any order.
+   *
+   * @example
+   * const server = ctx.serve(async (payload) => payload); // echo
+   * // ... later
+   * server.close();
+   */
+  serve(handler: ServeHandler, options?: ServeOptions): Server {
+    return driverFor(this as unknown as Context<unknown>).serve(handler, options);
+  }
+
+  /** Sends every open batch now (poll does this too). */
+  flush(): void {
+    const list = this.dirtyList;
+    for (let i = 0; i < this.nDirty; i++) {
+      const ep = list[i];
+      list[i] = undefined as unknown as Endpoint<U>;
+      ep.flushWork();
+    }
+    this.nDirty = 0;
+  }
+
+  /**
+   * Waits until a completion is available (spins, then yields, then sleeps), after sending
+   * what is pending. Throws ETIMEDOUT / EABORTED.
+   *
+   * @example
+   * while (!done) if (ctx.poll(onResponse) === 0) await ctx.wait({ timeoutMs: 1000 });
+   */
+  async wait(options?: WaitOptions): Promise<void> {
+    this.flush();
+    const cq = this.device.cq as CompletionQueue & { ready?(): boolean };
+    if (this.device.provider !== 'ofi' || cq.ready === undefined) return cq.wait(options);
+    // libfabric's tcp provider moves data (ours and the peer's) only inside progress calls,
+    // and sleeping on its CQ fd stalls them for up to the sleep slice per hop. So on ofi we
+    // progress ourselves: poll-and-yield for 2 ms, then re-poll every millisecond.
+    const deadline = new Deadline(options?.timeoutMs, options?.signal);
+    const what = `${this.label}: wait for completions`;
+    const start = performance.now();
+    for (;;) {
+      if (cq.ready()) return;
+      deadline.check(what);
+      if (performance.now() - start < 2) await new Promise<void>((r) => setImmediate(r));
+      else await new Promise<void>((r) => setTimeout(r, 1));
+    }
+  }
+
+  /** Blocking variant of wait. */
+  waitSync(options?: WaitOptions): void {
+    this.flush();
+    this.device.cq.waitSync(options);
+  }
+
+  /** Closes every endpoint and the device. */
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    for (const ep of this.endpoints) ep.close();
+    this.device.close();
+  }
+
+  // ---- RpcHost --------------------------------------------------------------------------
+
+  markDirty(ep: Endpoint<U>): void {
+    if (ep.dirty) return;
+    ep.dirty = true;
+    this.dirtyList[this.nDirty++] = ep;
+  }
+
+  deliverResponse(userData: U, buffer: Uint8Array, offset: number, length: number, ep: Endpoint<U>): void {
+    const cb = this.onResponse;
+    if (cb === undefined) return;
+    try {
+      cb(userData, buffer, offset, length, ep);
+    } catch (err) {
+      if (this.callbackError === undefined) this.callbackError = err;
+    }
+  }
+
+  pushRequest(ep: Endpoint<U>, callId: number, offset: number, length: number, internalAllowance: number, holdSeq: number): void {
+    const h = this.pool.pop() ?? new RecvHandle<U>();
+    h.endpoint = ep;
+    h.callId = callId;
+    h.offset = offset;
+    h.length = length;
+    h.internalAllowance = internalAllowance;
+    h.holdSeq = holdSeq;
+    h.live = true;
+    if (this.qTail === this.queue.length) this.growQueue();
+    this.queue[this.qTail++] = h;
+  }
+
+  releaseHandle(h: RecvHandle<U>): void {
+    h.live = false;
+    this.pool.push(h);
+  }
+
+  endpointFailed(ep: Endpoint<U>): void {
+    if (this.byQpn[ep.qp.qpn] === ep) this.byQpn[ep.qp.qpn] = undefined;
+    this.srqMax -= ep.recvCredits;
+    this.srqPosted -= ep.recvCredits - ep.consumedCredits;
+    ep.consumedCredits = 0;
+    this.failed.push(ep);
+  }
+
+  rawPosted(): void {
+    this.rawPostedCount++;
+  }
+
+  // ---- internals ------------------------------------------------------------------------
+
+  private refreshReleases(): void {
+    const list = this.takenList;
+    for (let i = 0; i < this.nTaken; i++) {
+      const ep = list[i];
+      list[i] = undefined as unknown as Endpoint<U>;
+      ep.tookSincePoll = false;
+      if (ep.state === 'ready') ep.refreshRelease();
+    }
+    this.nTaken = 0;
+  }
+
+  private repost(): void {
+    const list = this.consumed;
+    if (list.length === 0) return;
+    const all = this.srqPosted * 3 < this.srqMax * 2;
+    let keep = 0;
+    for (let i = 0; i < list.length; i++) {
+      const ep = list[i];
+      const n = ep.consumedCredits;
+      if (ep.state !== 'ready' || n === 0) continue;
+      if (all || n * 3 >= ep.recvCredits) {
+        ep.consumedCredits = 0;
+        this.srqPosted += n;
+        ep.qp.postRecv(n);
+      } else {
+        list[keep++] = ep;
+      }
+    }
+    list.length = keep;
+  }
+
+  private reportFailures(cb: CallFailedHandler<U>): void {
+    const eps = this.failed.splice(0);
+    for (const ep of eps) {
+      const err = ep.error as WeftError;
+      ep.drainPending((ud) => {
+        try {
+          cb(ud, err, ep);
+        } catch (e) {
+          if (this.callbackError === undefined) this.callbackError = e;
+        }
+      });
+    }
+  }
+
+  private nicError(ep: Endpoint<U>, err: WeftError | undefined, status: number): WeftError {
+    const code = status === Status.PEER_DEAD ? 'EPEERDEAD' : status === Status.TIMEOUT ? 'ETIMEDOUT' : status === Status.REMOTE_ACCESS ? 'EREMOTEACCESS' : err?.code ?? 'ETRANSPORT';
+    const hint = status === Status.PEER_DEAD ? 'the peer process died; its pending calls fail, reconnect when it is back' : 'pending calls on this endpoint fail; reconnect with a new endpoint';
+    return new WeftError(code, `${ep.name} failed: ${err?.message ?? `status ${status}`}; ${hint}`, { cause: err });
+  }
+
+  private growQueue(): void {
+    const live = this.qTail - this.qHead;
+    if (this.qHead > 0 && live < this.queue.length / 2) {
+      this.queue.copyWithin(0, this.qHead, this.qTail);
+      this.queue.fill(undefined, live);
+    } else {
+      const q = new Array<RecvHandle<U> | undefined>(this.queue.length * 2).fill(undefined);
+      for (let i = 0; i < live; i++) q[i] = this.queue[this.qHead + i];
+      this.queue = q;
+    }
+    this.qHead = 0;
+    this.qTail = live;
+  }
+}

@@ -1,0 +1,20 @@
+/**
+ * copyrpc: batched WRITE-with-immediate RPC with credit flow control over the NIC layer
+ * (docs/rpc.md). Low level: Endpoint.call + Context.poll / recv / RecvHandle.reply, no
+ * allocation per call. Convenience: `await ep.request(bytes)` and `ctx.serve(handler)`.
+ *
+ * @example
+ * import { createContext } from 'weft/rpc';
+ * const ctx = await createContext({ provider: 'shm', label: 'rank 0' });
+ * const ep = ctx.createEndpoint({ peerLabel: 'rank 1' });
+ * // exchange ep.localInfo() with the peer, then:
+ * ep.connect(peerInfo);
+ * const reply = await ep.request(new TextEncoder().encode('ping'), { timeoutMs: 5000 });
+ */
+export * from './constants.js';
+export { Context, createContext, type ContextOptions, type ResponseHandler, type CallFailedHandler } from './context.js';
+export { Endpoint, type EndpointOptions, type EndpointStats } from './endpoint.js';
+export { RecvHandle } from './recv-handle.js';
+export { type RequestOptions, type ServeHandler, type ServeOptions, type Server } from './driver.js';
+export { connectRpcMesh, type RpcMeshOptions } from './mesh.js';
+export { encodeEndpointInfo, decodeEndpointInfo, writeFlowMetadata, writeHeader, readU64, writeU64, type EndpointInfo } from './wire.js';

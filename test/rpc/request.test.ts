@@ -1,0 +1,28 @@
+/**
+ * The convenience layer between real processes: await ep.request() against ctx.serve()
+ * with async handlers, a throwing handler (empty response), and an aborted request.
+ */
+import { suite } from 'uvu';
+import * as assert from 'uvu/assert';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { native } from '../../src/native/binding.js';
+import { runScenario } from '../../src/launch/local-group.js';
+
+const WORKER = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'helpers', 'rpc-worker.js');
+const providers = ['shm'];
+if (native.ofi.available) providers.push('ofi');
+
+for (const provider of providers) {
+  const test = suite(`copyrpc request/serve (${provider})`);
+  test('concurrent requests against an async server, errors and aborts', async () => {
+    const count = provider === 'shm' ? 5000 : 1000;
+    const { results } = await runScenario('request', { n: 2, provider, worker: WORKER, args: { count, concurrency: 16 }, timeoutMs: 120_000 });
+    const r = results[0] as { ok: number; wrong: string[]; refusedLength: number; abortCode: string };
+    assert.equal(r.wrong, []);
+    assert.is(r.ok, count);
+    assert.is(r.refusedLength, 0);
+    assert.is(r.abortCode, 'EABORTED');
+  });
+  test.run();
+}
