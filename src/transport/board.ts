@@ -183,56 +183,61 @@ export class Board {
     }
   }
 
+  /**
+   * What a waiter does next: 'done', 'spin' (keep polling), 'yield' (give the core away), or
+   * 'sleep' on rank r's word. Spin, then yield, then sleep: 4 ranks on 2 cores still progress.
+   */
+  private step(word: number, k: number, call: BoardCall, t0: number, i: number): 'done' | 'spin' | 'yield' | number {
+    const r = this.behind(word, k);
+    if (r < 0) return 'done';
+    if ((i & 255) !== 0) return 'spin';
+    const dt = performance.now() - t0;
+    if (dt <= SPIN_MS) return 'spin';
+    this.check(call, r);
+    return dt < YIELD_MS ? 'yield' : r;
+  }
+
+  /** Registers as a sleeper on rank r's word: returns the value to sleep on, or undefined if it moved. */
+  private sleepValue(r: number, word: number, k: number): number | undefined {
+    const w = this.boards[r].words;
+    Atomics.add(w, SLEEPERS, 1);
+    const v = Atomics.load(w, word);
+    if (v - k < 0) return v;
+    Atomics.sub(w, SLEEPERS, 1);
+    return undefined;
+  }
+
   private waitSync(word: number, k: number, call: BoardCall): void {
-    let r = this.behind(word, k);
-    if (r < 0) return;
     const t0 = performance.now();
-    for (let i = 1; ; i++) {
-      r = this.behind(word, k);
-      if (r < 0) return;
-      if ((i & 255) === 0) {
-        const dt = performance.now() - t0;
-        if (dt > SPIN_MS) {
-          this.check(call, r);
-          if (dt < YIELD_MS) native.yieldThread();
-          else this.sleepSync(r, word, k, call.deadline);
-        }
+    for (let i = 0; ; i++) {
+      const s = this.step(word, k, call, t0, i);
+      if (s === 'done') return;
+      if (s === 'yield') native.yieldThread();
+      else if (typeof s === 'number') {
+        const v = this.sleepValue(s, word, k);
+        if (v === undefined) continue;
+        const w = this.boards[s].words;
+        native.futexWait(w, word, v, Math.max(1, Math.min(SLEEP_SLICE_MS, call.deadline.remaining())));
+        Atomics.sub(w, SLEEPERS, 1);
       }
     }
   }
 
-  private sleepSync(r: number, word: number, k: number, deadline: Deadline): void {
-    const w = this.boards[r].words;
-    Atomics.add(w, SLEEPERS, 1);
-    const v = Atomics.load(w, word);
-    if (v - k < 0) native.futexWait(w, word, v, Math.max(1, Math.min(SLEEP_SLICE_MS, deadline.remaining())));
-    Atomics.sub(w, SLEEPERS, 1);
-  }
-
   private async waitAsync(word: number, k: number, call: BoardCall): Promise<void> {
-    let r = this.behind(word, k);
-    if (r < 0) return;
     const t0 = performance.now();
-    for (let i = 1; ; i++) {
-      r = this.behind(word, k);
-      if (r < 0) return;
-      if ((i & 255) === 0) {
-        const dt = performance.now() - t0;
-        if (dt > SPIN_MS) {
-          this.check(call, r);
-          if (dt < YIELD_MS) {
-            // Let other callbacks run, and other ranks have the core (2 cores, 4 ranks).
-            await new Promise<void>((res) => setImmediate(res));
-            native.yieldThread();
-          }
-          else {
-            const w = this.boards[r].words;
-            Atomics.add(w, SLEEPERS, 1);
-            const v = Atomics.load(w, word);
-            if (v - k < 0) await native.futexWaitAsync(w, word, v, Math.max(1, Math.min(SLEEP_SLICE_MS, call.deadline.remaining())));
-            Atomics.sub(w, SLEEPERS, 1);
-          }
-        }
+    for (let i = 0; ; i++) {
+      const s = this.step(word, k, call, t0, i);
+      if (s === 'done') return;
+      if (s === 'yield') {
+        // Let other callbacks run, and other ranks have the core.
+        await new Promise<void>((res) => setImmediate(res));
+        native.yieldThread();
+      } else if (typeof s === 'number') {
+        const v = this.sleepValue(s, word, k);
+        if (v === undefined) continue;
+        const w = this.boards[s].words;
+        await native.futexWaitAsync(w, word, v, Math.max(1, Math.min(SLEEP_SLICE_MS, call.deadline.remaining())));
+        Atomics.sub(w, SLEEPERS, 1);
       }
     }
   }
