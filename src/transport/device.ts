@@ -142,9 +142,11 @@ export class Device implements PairHost {
     const dead = status === Status.PEER_DEAD;
     const detail = err ? unlabel(err.message, this.label) : statusName(status);
     const e = new WeftError(dead ? 'EPEERDEAD' : (err?.code ?? 'ETRANSPORT'), `${this.label}: rank ${pair.peer} ${dead ? 'died' : `failed (${statusName(status)})`}: ${detail}`, { cause: err });
+    const busy = pair.busy;
     pair.fail(e);
-    // The others may be waiting on ranks that wait on the dead one: tell everybody.
-    this.abort(e);
+    // The others may be waiting on ranks that wait on this one: tell everybody. A peer that
+    // left with nothing in flight toward it (it finished and exited) stops nobody.
+    if (busy) this.abort(e);
   }
 
   /**

@@ -392,6 +392,13 @@ export class Pair {
     if (this.current?.op) this.current.op.fail(err);
   }
 
+  /** Something in flight involves this peer: a queued send, a posted receive, a message half in. */
+  get busy(): boolean {
+    if (this.sqHead < this.sq.length || this.current) return true;
+    for (const q of this.posted.values()) for (const op of q) if (!op.settled && (!op.matched || op.persistent)) return true;
+    return false;
+  }
+
   /** Receives posted here (for timeout messages). */
   pendingReceives(): number {
     let n = 0;
