@@ -5,9 +5,29 @@
  */
 import { Context as ConnectedContext, initWith, type InitOptions } from './rendezvous/context.js';
 import * as C from './collectives/index.js';
+import type { WaitOptions } from './util/deadline.js';
 import type { TypedArray } from './collectives/checks.js';
 
+/** Tag of the barrier inside close(): out of the way of user tags (they may use the whole range, rarely this one). */
+const CLOSE_TAG = 0xffffffff;
+
 export class Context extends ConnectedContext implements C.Group {
+  /**
+   * Leaves the job. Collective: waits (at most `timeoutMs`, default 5 s) in a barrier for the
+   * other ranks to close too, so the last messages this rank sent are delivered before its
+   * rings and QPs go away (on ofi a send is complete once staged, not once received). A rank
+   * that never closes only delays this; a dead one is skipped.
+   */
+  private closing = false;
+  override async close(options: WaitOptions = {}): Promise<void> {
+    if (this.closing) return super.close(options);
+    this.closing = true;
+    if (!this.transport.failure && !this.transport.closed && this.size > 1) {
+      await C.barrier(this, { tag: CLOSE_TAG, timeoutMs: options.timeoutMs ?? 5000, signal: options.signal }).catch(() => {});
+    }
+    await super.close(options);
+  }
+
   /** @see allreduce in collectives/allreduce.ts */
   allreduce<T extends TypedArray>(data: T, options?: C.AllreduceOptions): Promise<T> {
     return C.allreduce(this, data, options);
