@@ -1,7 +1,9 @@
 // Run with: npx weft run -n 4 examples/hello.ts
-import { init, CompletionBatch, Opcode } from 'weft';
+// The NIC layer directly: connect() joins the job like init() but leaves the QPs and the CQ to
+// this program (init()'s Context runs collectives over them and polls the CQ itself).
+import { connect, CompletionBatch, Opcode } from 'weft';
 
-const ctx = await init();
+const ctx = await connect();
 const { rank, size, device, pairs } = ctx;
 const mr = device.allocate(64);
 const right = pairs[(rank + 1) % size]!;

@@ -13,6 +13,8 @@ export type { WaitOptions } from './util/deadline.js';
 export * from './nic/index.js';
 export * from './rendezvous/index.js';
 export { init, Context, type InitOptions } from './context.js';
+/** Joins the job without the collectives: the NIC's QPs and CQ are the caller's alone. */
+export { init as connect, Context as ConnectedContext } from './rendezvous/context.js';
 export * from './collectives/index.js';
 export { Device as TransportDevice, Pair, SendBuffer, RecvBuffer, createSendBuffer, createRecvBuffer, UnboundBuffer, type TransportOptions } from './transport/index.js';
 export * from './reduce/index.js';

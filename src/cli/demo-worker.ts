@@ -103,6 +103,10 @@ async function main(): Promise<void> {
     console.log(`${n} ranks over ${device.providerName}: token ring ${hopUs.toFixed(2)} us per hop (64 B WRITE_IMM; ranks spin, yield, then sleep); aggregate streaming ${total.toFixed(2)} GB/s`);
   }
 
+  // The raw phase polled the CQ itself; the collectives' transport polls it from now on, so
+  // nobody may still be in the raw phase when the first collective message arrives.
+  await store.wait([...Array(n).keys()].map((p) => `demo/result/${p}`), { timeoutMs: 60_000 });
+
   // Collectives over the same connections: a 4 MiB allreduce checked against its known sum,
   // then the latency of a one-element allreduce (awaited, and blocking).
   const grad = new Float32Array(1 << 20).map((_, i) => rank + (i % 7));
