@@ -312,6 +312,8 @@ async function kill(): Promise<unknown> {
   const qp = mesh.qps[1]!;
   for (let i = 0; i < 10; i++) qp.postWriteImm(mesh.mrs[0], 0, mesh.remotes[1][0], 0, 64, i, i, true);
   const pendingBefore = qp.pendingOps;
+  // Connected and posted: the parent may kill rank 1 now (not before we connected to it).
+  event('posted');
   // Give the parent a moment to kill rank 1.
   await new Promise((r) => setTimeout(r, 300));
   const t0 = performance.now();

@@ -84,15 +84,20 @@ for (const provider of providers) {
 
   test('SIGKILLed peer: pending and new operations fail naming it; its segments are swept', async () => {
     let victimPid = 0;
+    let victimReady = false;
+    let survivorReady = false;
     const { results } = await runScenario('kill', {
       n: 2,
       provider,
       args: { opTimeoutMs: 10_000 },
       mayDie: [1],
       onEvent: (rank, event, children) => {
-        if (event === 'kill-me') {
-          victimPid = children[rank].pid ?? 0;
-          children[rank].kill('SIGKILL');
+        // Kill rank 1 once it is idle and rank 0 has connected and queued work toward it.
+        if (event === 'kill-me') victimReady = true;
+        if (event === 'posted') survivorReady = true;
+        if (victimReady && survivorReady && !victimPid) {
+          victimPid = children[1].pid ?? 0;
+          children[1].kill('SIGKILL');
         }
       },
     });
