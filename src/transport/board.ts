@@ -12,6 +12,7 @@
  *   then two buffers of BOARD_BUFFER_BYTES: call k uses buffer k & 1, so publishing call k
  *   only waits until every peer is done with call k - 2.
  */
+import { availableParallelism } from 'node:os';
 import { WeftError } from '../errors.js';
 import { native } from '../native/binding.js';
 import type { Deadline } from '../util/deadline.js';
@@ -54,8 +55,10 @@ export class Board {
   /** Async users queue here: board calls run one at a time, in call order. */
   private tail: Promise<void> = Promise.resolve();
   private pending = 0;
+  private readonly oversubscribed: boolean;
 
   private constructor(private readonly device: Device) {
+    this.oversubscribed = device.size > availableParallelism();
     for (let r = 0; r < device.size; r++) {
       const inbox = r === device.rank ? device.inbox.bytes : (device.pairs[r]?.peerInbox as Uint8Array);
       this.boards.push(viewOf(inbox, device.boardOffset));
@@ -190,9 +193,10 @@ export class Board {
   private step(word: number, k: number, call: BoardCall, t0: number, i: number): 'done' | 'spin' | 'yield' | number {
     const r = this.behind(word, k);
     if (r < 0) return 'done';
-    if ((i & 255) !== 0) return 'spin';
+    // More ranks than cores: the rank we wait for may need our core, so yield from the start.
+    if ((i & (this.oversubscribed ? 15 : 255)) !== 0) return 'spin';
     const dt = performance.now() - t0;
-    if (dt <= SPIN_MS) return 'spin';
+    if (dt <= SPIN_MS && !this.oversubscribed) return 'spin';
     this.check(call, r);
     return dt < YIELD_MS ? 'yield' : r;
   }

@@ -161,7 +161,9 @@ export class ShmCompletionQueue implements CompletionQueue {
   }
 
   private spin(): boolean {
-    const until = performance.now() + SPIN_US / 1000;
+    // Oversubscribed (more ranks than cores), the peer we wait for may need this core: a short
+    // spin, then the yield phase hands the core over.
+    const until = performance.now() + (this.dev.oversubscribed ? SPIN_US / 10 : SPIN_US) / 1000;
     for (let i = 1; ; i++) {
       if (this.ready()) return true;
       if ((i & 63) === 0 && performance.now() > until) return false;

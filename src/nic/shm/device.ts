@@ -2,6 +2,7 @@
  * The shm provider's device: owns a control segment (completion ring, credit grants,
  * memory-region table, doorbell) and data segments, and maps its peers' ones.
  */
+import { availableParallelism } from 'node:os';
 import { randomInt } from 'node:crypto';
 import { WeftError } from '../../errors.js';
 import { localIdentity, type ProcessIdentity } from '../identity.js';
@@ -12,6 +13,9 @@ import { ShmMemoryRegion } from './memory.js';
 import { PeerControl } from './peer.js';
 import { ShmQueuePair, type QpHost } from './queue-pair.js';
 import { createSegment, devicePrefix, sweepDeadSegments, unlinkSegment } from './segments.js';
+
+/** Cores this process may run on: waiting spins less when peers outnumber them. */
+const CORES = availableParallelism();
 import * as L from './layout.js';
 
 interface Segment {
@@ -196,6 +200,11 @@ export class ShmDevice implements Device, QpHost {
       }
     }
     this.deferredCount = keep;
+  }
+
+  /** More processes share this host's cores than there are cores (this one and its peers). */
+  get oversubscribed(): boolean {
+    return this.peers.size + 1 > CORES;
   }
 
   mapPeer(prefix: string, identity: ProcessIdentity, label: string): PeerControl {
