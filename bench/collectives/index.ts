@@ -10,6 +10,7 @@
  * Usage: node dist/bench/collectives/index.js [--np 2,4] [--ops allreduce,...] [--sizes 8..32M:4,64M]
  *          [--providers shm,ofi] [--peers gloo,mpi-sm,mpi-tcp|none] [--runs 3] [--json] [--out f] [--plot dir]
  */
+import { spawnSync } from 'node:child_process';
 import { writeFileSync, mkdirSync } from 'node:fs';
 import { loadavg, cpus } from 'node:os';
 import path from 'node:path';
@@ -106,6 +107,15 @@ export async function runCollectivesBench(o: CollectivesBenchOptions): Promise<O
   return { rows: aggregate(raw), raw, failures };
 }
 
+/** The commit measured, and whether src/ or native/ differed from it (a shared working tree). */
+function sourceVersion(): { commit?: string; dirty?: boolean } {
+  const git = (args: string[]) => spawnSync('git', args, { cwd: packageRoot, encoding: 'utf8', timeout: 5000 });
+  const head = git(['rev-parse', '--short', 'HEAD']);
+  if (head.status !== 0) return {};
+  const status = git(['status', '--porcelain', '--', 'src', 'native']);
+  return { commit: head.stdout.trim(), dirty: status.stdout.trim().length > 0 };
+}
+
 function defaultOut(): string {
   return path.join(packageRoot, 'bench', 'results', `collectives-${new Date().toISOString().replace(/[:.]/g, '-')}.json`);
 }
@@ -113,6 +123,8 @@ function defaultOut(): string {
 /** Runs, prints (tables and targets, or JSON lines), writes the results file and the plots. */
 export async function benchCollectives(o: CollectivesBenchOptions): Promise<CollectivesBenchResult> {
   const started = new Date();
+  const loadBefore = loadavg();
+  const source = sourceVersion();
   const { rows, raw, failures } = await runCollectivesBench(o);
   const file = path.resolve(o.out ?? defaultOut());
   const avail = detect();
@@ -122,7 +134,10 @@ export async function benchCollectives(o: CollectivesBenchOptions): Promise<Coll
     node: process.version,
     cpus: cpus().length,
     cpu: cpus()[0]?.model,
+    // Other tenants' load moves small-size latencies by 10-100x on a 2-core host: keep it with the numbers.
+    loadavg_before: loadBefore,
     loadavg_after: loadavg(),
+    source,
     reduce_isa: native.reduceIsa(),
     peers: { gloo: avail.gloo.version ?? avail.gloo.reason, openmpi: avail.mpi.version ?? avail.mpi.reason },
     options: { ...o, plot: undefined, out: undefined },
@@ -132,7 +147,11 @@ export async function benchCollectives(o: CollectivesBenchOptions): Promise<Coll
   mkdirSync(path.dirname(file), { recursive: true });
   writeFileSync(file, JSON.stringify({ meta, rows, targets, raw }, null, 2));
   if (o.json) for (const r of rows) console.log(JSON.stringify(r));
-  else console.log(`${collectivesTables(rows)}\n\n${targetsText(targets)}`);
+  else {
+    const load = (l: number[]) => l.map((x) => x.toFixed(1)).join(' ');
+    console.log(`${meta.date}, ${meta.cpus} cores, commit ${meta.source.commit ?? '?'}${meta.source.dirty ? ' (src/ modified)' : ''}, load average ${load(loadBefore)} before, ${load(meta.loadavg_after)} after, ${o.runs} run(s)\n`);
+    console.log(`${collectivesTables(rows)}\n\n${targetsText(targets)}`);
+  }
   for (const f of failures) process.stderr.write(`failed: ${f}\n`);
   process.stderr.write(`results: ${file}\n`);
   if (o.plot !== false && rows.some((r) => r.op === 'allreduce')) {
@@ -206,8 +225,8 @@ export async function main(argv: string[] = process.argv): Promise<void> {
     .option('--providers <list>', 'weft providers (shm, ofi, ofi:tcp, ...); default shm, and ofi when built with libfabric', list)
     .option('--peers <list>', `peers (${PEER_SYSTEMS.join(', ')}) or none; default: gloo and mpi-sm for shm, mpi-tcp for ofi`, parsePeers)
     .addOption(new Option('--variants <list>', "weft variants: await (Promise API, 'weft') and sync (blocking, 'weft-sync')").argParser(parseVariants).default(['await', 'sync'], 'await,sync'))
-    .option('--iters <n>', 'timed iterations per size (capped by --byte-budget)', positiveInt, 100)
-    .option('--warmup <n>', 'warmup iterations per size', nonNegativeInt, 10)
+    .option('--iters <n>', 'timed iterations per size (capped by --byte-budget)', positiveInt, 50)
+    .option('--warmup <n>', 'warmup iterations per size', nonNegativeInt, 5)
     .addOption(new Option('--byte-budget <bytes>', 'caps timed runs at max(3, budget / size) (0: no cap)').argParser((v) => (v.trim() === '0' ? 0 : parseSize(v))).default(256 << 20, '256M'))
     .option('--runs <k>', 'repeat the sweep k times; rows report the median of the medians', positiveInt, 1)
     .option('--json', 'print one JSON object per line (the aggregated rows)')

@@ -2,9 +2,12 @@
  * SVG charts of `weft bench collectives` with Vega-Lite, rendered headless as bench/lib/plot.ts
  * does: allreduce bus bandwidth and latency against size, log scales, one line per system and
  * transport, one panel per np. The memory floor (np=2) is drawn as its own line.
+ *
+ * Re-plot a results file: node dist/bench/collectives/plot.js <collectives-*.json> <out dir>
  */
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import * as vega from 'vega';
 import * as vl from 'vega-lite';
 import type { CollectiveResult } from './metrics.js';
@@ -29,7 +32,7 @@ function tickSizes(bytes: number[]): number[] {
 export async function plotCollectives(rows: CollectiveResult[], outDir: string, title = ''): Promise<string[]> {
   mkdirSync(outDir, { recursive: true });
   const points = rows
-    .filter((r) => r.op === 'allreduce' && (r.np === 2 || r.np === 4) && r.bytes > 0)
+    .filter((r) => r.op === 'allreduce' && (r.np === 2 || r.np === 4) && r.bytes > 0 && r.provider !== 'memcpy')
     .map((r) => ({ series: series(r), floor: r.system === 'floor', np: `np=${r.np}`, bytes: r.bytes, us: r.median_us, busbw: r.busbw_gbps }));
   const x = { field: 'bytes', type: 'quantitative' as const, scale: { type: 'log' as const, base: 2 }, title: 'size (bytes, per rank)', axis: { values: tickSizes(points.map((p) => p.bytes)), labelExpr: "datum.value >= 1048576 ? datum.value / 1048576 + ' MiB' : datum.value >= 1024 ? datum.value / 1024 + ' KiB' : datum.value + ' B'" } };
   const chart = (metric: 'busbw' | 'us', yTitle: string, heading: string): vl.TopLevelSpec => ({
@@ -53,4 +56,11 @@ export async function plotCollectives(rows: CollectiveResult[], outDir: string, 
   await render(chart('busbw', 'bus bandwidth (GB/s, higher is better)', 'allreduce float32 sum: bus bandwidth (median)'), files[0]);
   await render(chart('us', 'time (us, lower is better)', 'allreduce float32 sum: time (median of max over ranks)'), files[1]);
   return files;
+}
+
+if (process.argv[1] && fileURLToPath(import.meta.url) === path.resolve(process.argv[1])) {
+  const [input, out] = process.argv.slice(2);
+  const { rows, meta } = JSON.parse(readFileSync(input, 'utf8')) as { rows: CollectiveResult[]; meta?: { date?: string; cpus?: number } };
+  const title = meta?.date ? `${meta.date.slice(0, 10)}, ${meta.cpus} cores` : '';
+  plotCollectives(rows, out ?? '.', title).then((f) => console.log(f.join('\n')));
 }
