@@ -78,7 +78,24 @@ napi_value YieldThread(napi_env env, napi_callback_info info) {
 
 }  // namespace
 
+// bindToCpu(cpu): pins the calling thread (the JS thread) to one CPU; false if refused.
+// Ranks that share a core with a spinning peer wait a scheduler slice (~150 us) per hand-off.
+Napi::Value BindToCpu(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 1 || !info[0].IsNumber()) {
+    Napi::TypeError::New(env, "bindToCpu(cpu): cpu must be a number").ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  int cpu = info[0].As<Napi::Number>().Int32Value();
+  if (cpu < 0 || cpu >= CPU_SETSIZE) return Napi::Boolean::New(env, false);
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  return Napi::Boolean::New(env, sched_setaffinity(0, sizeof(set), &set) == 0);
+}
+
 void InitProc(Napi::Env env, Napi::Object exports) {
+  exports.Set("bindToCpu", Napi::Function::New(env, BindToCpu, "bindToCpu"));
   exports.Set("processStartTime", Napi::Function::New(env, ProcessStartTime, "processStartTime"));
   exports.Set("processAlive", Napi::Function::New(env, ProcessAlive, "processAlive"));
   napi_value fn;

@@ -98,6 +98,8 @@ export interface NativeBinding {
   processStartTime(pid: number): number;
   processAlive(pid: number, startTime?: number): boolean;
   yieldThread(): void;
+  /** Pins the calling thread to one CPU (sched_setaffinity); false if refused. */
+  bindToCpu(cpu: number): boolean;
   /**
    * dst[i] = a[i] op b[i] for i < count, each view read from its byteOffset. dst may be a or b
    * exactly, never a partial overlap. Throws TypeError/RangeError (code EINVAL/ERANGE).

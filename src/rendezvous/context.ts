@@ -2,6 +2,7 @@
  * A rank's place in a job: its rank and world size, the job's store, its NIC device, and one
  * connected queue pair per peer. `init()` builds one from options or the environment.
  */
+import { availableParallelism } from 'node:os';
 import { WeftError } from '../errors.js';
 import { native } from '../native/binding.js';
 import type { WaitOptions } from '../util/deadline.js';
@@ -140,6 +141,7 @@ export async function initWith<C extends Context>(make: (parts: ContextParts) =>
     throw new WeftError('EINVAL', `init: rank ${rank} and world size ${size} do not fit (need 0 <= rank < size)`);
   }
   watchLauncher();
+  bindLocalRank();
   const serve = options.serve ?? fromEnv?.serve ?? false;
   const wait: WaitOptions = { timeoutMs: options.timeoutMs, signal: options.signal };
   const raw = typeof options.store === 'object' ? options.store : await openStore(options.store ?? fromEnv!.store, { ...wait, serve });
@@ -158,6 +160,20 @@ export async function initWith<C extends Context>(make: (parts: ContextParts) =>
     await store.close().catch(() => {});
     throw err;
   }
+}
+
+/**
+ * Under a launcher that says where a rank sits on its host (weft run: WEFT_LOCAL_RANK; torchrun:
+ * LOCAL_RANK; Open MPI: OMPI_COMM_WORLD_LOCAL_RANK), pins each rank to its own core when there
+ * are enough cores: two ranks the scheduler leaves on one core hand off through a scheduler
+ * slice (~150 us here) instead of a cache line. WEFT_BIND=none turns it off.
+ */
+function bindLocalRank(env: NodeJS.ProcessEnv = process.env): void {
+  if (env.WEFT_BIND === 'none') return;
+  const local = Number(env.WEFT_LOCAL_RANK ?? env.LOCAL_RANK ?? env.OMPI_COMM_WORLD_LOCAL_RANK);
+  const count = Number(env.WEFT_LOCAL_WORLD_SIZE ?? env.LOCAL_WORLD_SIZE ?? env.OMPI_COMM_WORLD_LOCAL_SIZE);
+  if (!Number.isInteger(local) || !Number.isInteger(count) || local < 0 || count < 2 || count > availableParallelism()) return;
+  native.bindToCpu(local);
 }
 
 let watching = false;
