@@ -13,16 +13,11 @@ import { ROW_PREFIX, type RankPlan, type Variant } from './plan.js';
 
 const RANK_SCRIPT = path.join(path.dirname(fileURLToPath(import.meta.url)), 'rank.js');
 
-export interface WeftRunOptions {
+/** A rank plan (timeout optional) and how many ranks run it. */
+export interface WeftRunOptions extends Omit<RankPlan, 'timeoutMs' | 'provider'> {
   np: number;
-  /** WEFT_PROVIDER: 'shm', 'ofi', 'ofi:tcp', ... */
+  /** WEFT_PROVIDER: 'shm', 'ofi', 'ofi:tcp', ... (rows name it with providerLabel). */
   provider: string;
-  ops: CollectiveOp[];
-  sizes: number[];
-  iters: number;
-  warmup: number;
-  byteBudget: number;
-  variants: Variant[];
   /** Per collective call inside the ranks (default 60 s). */
   timeoutMs?: number;
 }
@@ -35,7 +30,8 @@ export function providerLabel(provider: string): string {
 
 /** Runs the sweep on np weft ranks; rejects with the ranks' stderr tail when the job fails. */
 export async function runWeft(o: WeftRunOptions, onRow?: (r: CollectiveResult) => void): Promise<CollectiveResult[]> {
-  const plan: RankPlan = { ops: o.ops, sizes: o.sizes, iters: o.iters, warmup: o.warmup, byteBudget: o.byteBudget, variants: o.variants, provider: providerLabel(o.provider), timeoutMs: o.timeoutMs ?? 60_000 };
+  const { np, provider, timeoutMs, ...rest } = o;
+  const plan: RankPlan = { ...rest, provider: providerLabel(provider), timeoutMs: timeoutMs ?? 60_000 };
   const out = new PassThrough();
   const err = new PassThrough();
   const rows: CollectiveResult[] = [];
@@ -52,13 +48,13 @@ export async function runWeft(o: WeftRunOptions, onRow?: (r: CollectiveResult) =
     onRow?.(row);
   });
   const closed = new Promise<void>((resolve) => lines.once('close', resolve));
-  const code = await launch({ ranks: o.np, script: RANK_SCRIPT, args: [JSON.stringify(plan)], provider: o.provider, out, err, color: false });
+  const code = await launch({ ranks: np, script: RANK_SCRIPT, args: [JSON.stringify(plan)], provider, out, err, color: false });
   out.end();
   err.end();
   await closed;
   if (code !== 0) {
     const stdout = other.slice(-10).join('\n');
-    throw new Error(`weft np=${o.np} over ${plan.provider} failed (exit ${code}) after ${rows.length} rows:\n${errTail.trim()}${stdout ? `\n${stdout}` : ''}`);
+    throw new Error(`weft np=${np} over ${plan.provider} failed (exit ${code}) after ${rows.length} rows:\n${errTail.trim()}${stdout ? `\n${stdout}` : ''}`);
   }
   return rows;
 }

@@ -67,7 +67,6 @@ function plan(g: Group, input: TypedArray, options: AllreduceOptions, where: str
   return { c, alg, out: output };
 }
 
-// eslint-disable-next-line require-yield
 function* single(inB: Uint8Array, outB: Uint8Array): Algorithm {
   copy(outB, inB);
 }

@@ -10,9 +10,7 @@ export function isTypedArray(v: unknown): v is TypedArray {
   return ArrayBuffer.isView(v) && !(v instanceof DataView);
 }
 
-export function bytesOf(v: TypedArray): Uint8Array {
-  return new Uint8Array(v.buffer, v.byteOffset, v.byteLength);
-}
+export { bytesOf } from '../transport/bytes.js';
 
 export function checkArray(where: string, name: string, v: unknown): asserts v is TypedArray {
   if (!isTypedArray(v)) throw new WeftError('EINVAL', `${where}: ${name} must be a typed array (Float32Array, Int32Array, BigInt64Array, ...), got ${v === null ? 'null' : typeof v === 'object' ? (v as object).constructor?.name : typeof v}`);

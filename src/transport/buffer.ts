@@ -8,15 +8,11 @@ import { WeftError } from '../errors.js';
 import { Deadline, type WaitOptions } from '../util/deadline.js';
 import type { Device } from './device.js';
 import { FLAG_BOUND } from './layout.js';
+import { bytesOf } from './bytes.js';
 import { CountOp, RecvOp, SendOp } from './ops.js';
 import { signature } from './signature.js';
 
 const BOUND_SIG = signature('bound');
-
-function bytesOf(view: ArrayBufferView): Uint8Array {
-  if (!ArrayBuffer.isView(view)) throw new WeftError('EINVAL', `bound buffer: expected a typed array, got ${typeof view}`);
-  return new Uint8Array(view.buffer, view.byteOffset, view.byteLength);
-}
 
 /**
  * @example
@@ -33,7 +29,7 @@ export class SendBuffer {
     readonly slot: number,
     view: ArrayBufferView,
   ) {
-    this.bytes = bytesOf(view);
+    this.bytes = bytesOf(view, 'bound buffer');
     device.pair(peer);
   }
 
@@ -50,17 +46,23 @@ export class SendBuffer {
 
   /** Waits until the oldest pending send left this buffer (it may be reused). */
   async waitSend(options: WaitOptions = {}): Promise<void> {
-    const op = this.pending[0];
-    if (!op) throw new WeftError('EINVAL', `${this.device.label}: SendBuffer.waitSend toward rank ${this.peer} without a pending send`);
-    await this.device.waitAsync([op], new Deadline(options.timeoutMs, options.signal), `${this.device.label}: SendBuffer.waitSend (rank ${this.peer}, slot ${this.slot})`);
+    await this.device.waitAsync([this.oldest('waitSend')], new Deadline(options.timeoutMs, options.signal), this.what('waitSend'));
     this.pending.shift();
   }
 
   waitSendSync(options: WaitOptions = {}): void {
-    const op = this.pending[0];
-    if (!op) throw new WeftError('EINVAL', `${this.device.label}: SendBuffer.waitSendSync toward rank ${this.peer} without a pending send`);
-    this.device.waitSync([op], new Deadline(options.timeoutMs, options.signal), `${this.device.label}: SendBuffer.waitSendSync (rank ${this.peer}, slot ${this.slot})`);
+    this.device.waitSync([this.oldest('waitSendSync')], new Deadline(options.timeoutMs, options.signal), this.what('waitSendSync'));
     this.pending.shift();
+  }
+
+  private oldest(call: string): SendOp {
+    const op = this.pending[0];
+    if (!op) throw new WeftError('EINVAL', `${this.device.label}: SendBuffer.${call} toward rank ${this.peer} without a pending send`);
+    return op;
+  }
+
+  private what(call: string): string {
+    return `${this.device.label}: SendBuffer.${call} (rank ${this.peer}, slot ${this.slot})`;
   }
 }
 
@@ -75,7 +77,7 @@ export class RecvBuffer {
     readonly slot: number,
     view: ArrayBufferView,
   ) {
-    this.bytes = bytesOf(view);
+    this.bytes = bytesOf(view, 'bound buffer');
     this.sink = new RecvOp([peer], slot, this.bytes, -1, BOUND_SIG, undefined, true);
     device.pair(peer).post(this.sink);
   }

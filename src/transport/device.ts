@@ -52,6 +52,7 @@ export class Device implements PairHost {
   readonly geometry: RingGeometry;
   readonly inbox: MemoryRegion;
   readonly staging: MemoryRegion;
+  readonly stagedRings: boolean;
   readonly label: string;
   readonly pairs: (Pair | undefined)[];
   /** Where the board starts in the inbox (every rank's is at the same offset). */
@@ -83,7 +84,8 @@ export class Device implements PairHost {
     this.inbox = nic.allocate(this.boardOffset + (nic.provider === 'shm' ? BOARD_BYTES : 64));
     // shm writes straight into the peer's ring: the staging region only serves as the local
     // side of 0-byte doorbells. ofi copies into a staging ring that mirrors the peer's.
-    this.staging = nic.allocate(nic.provider === 'shm' ? 64 : Math.max(64, size * this.geometry.ringBytes));
+    this.stagedRings = nic.provider !== 'shm';
+    this.staging = nic.allocate(this.stagedRings ? Math.max(64, size * this.geometry.ringBytes) : 64);
     this.pairs = new Array(size).fill(undefined);
   }
 

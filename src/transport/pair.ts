@@ -28,6 +28,8 @@ export interface PairHost {
   /** This rank's inbox (all peers' rings) and staging (ofi) or doorbell (shm) memory. */
   readonly inbox: MemoryRegion;
   readonly staging: MemoryRegion;
+  /** ofi: `staging` mirrors every peer's ring; shm: it is one 64-byte doorbell source. */
+  readonly stagedRings: boolean;
   /** A receive-side mismatch or protocol error: abort the whole job. */
   abort(err: WeftError): void;
   /** A peer told us the job is aborted. */
@@ -96,8 +98,7 @@ export class Pair {
     this.ring = bytes.subarray(base, base + g.ringBytes);
     this.ringWords = new Int32Array(bytes.buffer, bytes.byteOffset + base, g.ringBytes >> 2);
     const s = host.staging.bytes;
-    // A staging ring per peer (ofi), or one shared doorbell area (shm, which writes in place).
-    this.stagingBase = s.byteLength >= base + g.ringBytes ? base : 0;
+    this.stagingBase = host.stagedRings ? base : 0;
     this.stagingWords = new Int32Array(s.buffer, s.byteOffset, s.byteLength >> 2);
   }
 

@@ -10,11 +10,8 @@
 import { WeftError } from '../errors.js';
 import { Deadline, type WaitOptions } from '../util/deadline.js';
 import type { Device } from './device.js';
+import { bytesOf } from './bytes.js';
 import { RecvOp, SendOp, type TransportOp } from './ops.js';
-
-function bytesOf(view: ArrayBufferView): Uint8Array {
-  return new Uint8Array(view.buffer, view.byteOffset, view.byteLength);
-}
 
 /**
  * @example
@@ -33,8 +30,7 @@ export class UnboundBuffer {
     readonly device: Device,
     readonly view: ArrayBufferView,
   ) {
-    if (!ArrayBuffer.isView(view)) throw new WeftError('EINVAL', `UnboundBuffer: expected a typed array, got ${typeof view}`);
-    this.bytes = bytesOf(view);
+    this.bytes = bytesOf(view, 'UnboundBuffer');
   }
 
   private range(what: string, offset: number, nbytes: number | undefined): Uint8Array {

@@ -45,7 +45,7 @@ function genRaw(C: Ctor, r: number, n: number, op: ReduceOp, salt: number): Type
 function apply(op: ReduceOp, x: any, y: any): any {
   switch (op) {
     case 'sum': return x + y;
-    case 'prod': return typeof x === 'bigint' ? x * y : Math.fround(x * y) === x * y ? x * y : Math.imul(x, y);
+    case 'prod': return x * y; // factors are in {-1, 0, 1, 2}: exact; the typed array wraps
     case 'min': return x < y ? x : y;
     case 'max': return x > y ? x : y;
     case 'band': return x & y;
