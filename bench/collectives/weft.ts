@@ -8,8 +8,8 @@ import { createInterface } from 'node:readline';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { launch } from '../../src/launch/run.js';
-import { withBandwidth, type CollectiveOp, type CollectiveResult, type CollectiveRow } from './metrics.js';
-import { ROW_PREFIX, type RankPlan, type Variant } from './plan.js';
+import { withBandwidth, type CollectiveResult, type CollectiveRow } from './metrics.js';
+import { ROW_PREFIX, type RankPlan } from './plan.js';
 
 const RANK_SCRIPT = path.join(path.dirname(fileURLToPath(import.meta.url)), 'rank.js');
 

@@ -158,7 +158,7 @@ export class RedisStore implements Store {
       ...this.poll,
       check: async (missing, deadline) => {
         if (!missing.length) return [];
-        const idx = (await this.script('wait', missing, deadline, MISSING, missing, [])) as number[];
+        const idx = (await this.script('wait', deadline, MISSING, missing, [])) as number[];
         return idx.map((i) => missing[i - 1]);
       },
       watch: (missing, events, deadline) => this.watch(missing, deadline, (k) => events.found(k), () => events.changed()),
@@ -170,7 +170,7 @@ export class RedisStore implements Store {
     checkDelta('RedisStore.add', key, delta);
     const deadline = new Deadline(this.opTimeoutMs);
     // Not idempotent: if the connection drops while it is in flight we say so rather than retry.
-    return Number(await this.script(`add('${key}')`, [key], deadline, ADD, [key], [String(delta), this.ttl, this.channelPrefix], false));
+    return Number(await this.script(`add('${key}')`, deadline, ADD, [key], [String(delta), this.ttl, this.channelPrefix], false));
   }
 
   async delete(key: string): Promise<boolean> {
@@ -183,7 +183,7 @@ export class RedisStore implements Store {
     checkKey('RedisStore.compareSet', key);
     checkValue('RedisStore.compareSet', key, expected);
     checkValue('RedisStore.compareSet', key, desired);
-    const out = await this.script(`compareSet('${key}')`, [key], new Deadline(this.opTimeoutMs), CAS, [key], [Buffer.from(expected), Buffer.from(desired), this.ttl, this.channelPrefix]);
+    const out = await this.script(`compareSet('${key}')`, new Deadline(this.opTimeoutMs), CAS, [key], [Buffer.from(expected), Buffer.from(desired), this.ttl, this.channelPrefix]);
     return new Uint8Array(out as Buffer);
   }
 
@@ -227,7 +227,7 @@ export class RedisStore implements Store {
     const what = `${op}(${listKeys(keys, 3)}${once ? ', once' : ''})`;
     const args = [this.ttl, once ? '1' : '0', this.channelPrefix, ...entries.map(([, v]) => Buffer.from(v))];
     let attempt = 0;
-    const out = (await this.script(what, keys, new Deadline(this.opTimeoutMs), MSET, keys, args, true, () => attempt++)) as [number, Buffer?];
+    const out = (await this.script(what, new Deadline(this.opTimeoutMs), MSET, keys, args, true, () => attempt++)) as [number, Buffer?];
     if (out[0] === 0) return;
     const [key, value] = entries[out[0] - 1];
     const existing = new Uint8Array(out[1] as Buffer);
@@ -272,7 +272,7 @@ export class RedisStore implements Store {
     return stop;
   }
 
-  private script(what: string, keys: string[], deadline: Deadline, s: RedisScript, scriptKeys: string[], args: (string | Buffer)[], idempotent = true, onAttempt?: () => void): Promise<unknown> {
+  private script(what: string, deadline: Deadline, s: RedisScript, scriptKeys: string[], args: (string | Buffer)[], idempotent = true, onAttempt?: () => void): Promise<unknown> {
     return this.exec(what, deadline, idempotent, async () => {
       onAttempt?.();
       try {

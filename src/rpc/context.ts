@@ -21,11 +21,11 @@
  * starve a busy one. No autoRepost: the NIC reposts nothing by itself.
  */
 import { WeftError } from '../errors.js';
-import { createDevice, CompletionBatch, Opcode, Status, type CompletionQueue, type Device, type DeviceOptions, type MemoryRegion } from '../nic/index.js';
+import { createDevice, CompletionBatch, Opcode, Status, type Device, type DeviceOptions, type MemoryRegion } from '../nic/index.js';
 import type { ShmDeviceOptions } from '../nic/shm/device.js';
-import { Deadline, type WaitOptions } from '../util/deadline.js';
+import type { WaitOptions } from '../util/deadline.js';
 import { DEFAULT_SRQ_SIZE } from './constants.js';
-import { Endpoint, WR_BATCH, WR_RAW, WR_READ, type EndpointOptions, type RpcHost } from './endpoint.js';
+import { Endpoint, WR_RAW, WR_READ, type EndpointOptions, type RpcHost } from './endpoint.js';
 import { RecvHandle } from './recv-handle.js';
 import { driverFor, type ServeHandler, type ServeOptions, type Server } from './driver.js';
 
@@ -246,20 +246,7 @@ export class Context<U = unknown> implements RpcHost<U> {
    */
   async wait(options?: WaitOptions): Promise<void> {
     this.flush();
-    const cq = this.device.cq as CompletionQueue & { ready?(): boolean };
-    if (this.device.provider !== 'ofi' || cq.ready === undefined) return cq.wait(options);
-    // libfabric's tcp provider moves data (ours and the peer's) only inside progress calls,
-    // and sleeping on its CQ fd stalls them for up to the sleep slice per hop. So on ofi we
-    // progress ourselves: poll-and-yield for 2 ms, then re-poll every millisecond.
-    const deadline = new Deadline(options?.timeoutMs, options?.signal);
-    const what = `${this.label}: wait for completions`;
-    const start = performance.now();
-    for (;;) {
-      if (cq.ready()) return;
-      deadline.check(what);
-      if (performance.now() - start < 2) await new Promise<void>((r) => setImmediate(r));
-      else await new Promise<void>((r) => setTimeout(r, 1));
-    }
+    return this.device.cq.wait(options);
   }
 
   /** Blocking variant of wait. */

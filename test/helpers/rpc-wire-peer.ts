@@ -5,7 +5,7 @@
  * endpoint connects to it like to any peer.
  */
 import { createDevice, CompletionBatch, Opcode, Status, type Device, type MemoryRegion, type QueuePair, type RemoteRegion } from '../../src/nic/index.js';
-import { createContext, decodeEndpointInfo, encodeEndpointInfo, writeFlowMetadata, writeHeader, type Endpoint, type RecvHandle } from '../../src/rpc/index.js';
+import { createContext, decodeEndpointInfo, encodeEndpointInfo, writeFlowMetadata, writeHeader, type RecvHandle } from '../../src/rpc/index.js';
 import type { WeftError } from '../../src/errors.js';
 import { exchange, unb64 } from './rpc-mesh.js';
 

@@ -91,7 +91,7 @@ for (const provider of providers) {
       provider,
       args: { opTimeoutMs: 10_000 },
       mayDie: [1],
-      onEvent: (rank, event, children) => {
+      onEvent: (_rank, event, children) => {
         // Kill rank 1 once it is idle and rank 0 has connected and queued work toward it.
         if (event === 'kill-me') victimReady = true;
         if (event === 'posted') survivorReady = true;
