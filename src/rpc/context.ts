@@ -79,6 +79,7 @@ export class Context<U = unknown> implements RpcHost<U> {
   private srqMax = 0;
   private srqPosted = 0;
   private readonly consumed: Endpoint<U>[] = [];
+  private nConsumed = 0;
   // Poll state.
   private onResponse: ResponseHandler<U> | undefined;
   private callbackError: unknown = undefined;
@@ -156,7 +157,7 @@ export class Context<U = unknown> implements RpcHost<U> {
         const ep = byQpn[b.qpn[i]];
         if (ep === undefined) continue;
         this.srqPosted--;
-        if (ep.consumedCredits++ === 0) this.consumed.push(ep);
+        if (ep.consumedCredits++ === 0) this.consumed[this.nConsumed++] = ep;
         ep.ingest(b.imm[i]);
         continue;
       }
@@ -325,11 +326,13 @@ export class Context<U = unknown> implements RpcHost<U> {
   }
 
   private repost(): void {
+    const n0 = this.nConsumed;
+    if (n0 === 0) return;
     const list = this.consumed;
-    if (list.length === 0) return;
     const all = this.srqPosted * 3 < this.srqMax * 2;
+    // A counter, not list.length: assigning an array's length is a runtime call per poll.
     let keep = 0;
-    for (let i = 0; i < list.length; i++) {
+    for (let i = 0; i < n0; i++) {
       const ep = list[i];
       const n = ep.consumedCredits;
       if (ep.state !== 'ready' || n === 0) continue;
@@ -341,7 +344,8 @@ export class Context<U = unknown> implements RpcHost<U> {
         list[keep++] = ep;
       }
     }
-    list.length = keep;
+    for (let i = keep; i < n0; i++) list[i] = undefined as unknown as Endpoint<U>;
+    this.nConsumed = keep;
   }
 
   private reportFailures(cb: CallFailedHandler<U>): void {

@@ -77,9 +77,13 @@ export class ShmRemoteRegion implements RemoteRegion {
     return (this.view ??= this.seg8.subarray(this.base, this.base + this.byteLength));
   }
 
-  /** True while the owner's table still holds this registration. */
+  /**
+   * True while the owner's table still holds this registration. A plain load, not
+   * Atomics.load (a builtin call on every operation): a deregistration racing an operation
+   * has no defined outcome on a NIC either, and once it is visible every later access fails.
+   */
   valid(): boolean {
-    return Atomics.load(this.peer.i32, L.MR_TABLE + this.slot * L.MR_WORDS) === this.key && this.key !== 0;
+    return this.peer.i32[L.MR_TABLE + this.slot * L.MR_WORDS] === this.key && this.key !== 0;
   }
 }
 
