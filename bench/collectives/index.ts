@@ -225,7 +225,7 @@ export async function main(argv: string[] = process.argv): Promise<void> {
     .option('--providers <list>', 'weft providers (shm, ofi, ofi:tcp, ...); default shm, and ofi when built with libfabric', list)
     .option('--peers <list>', `peers (${PEER_SYSTEMS.join(', ')}) or none; default: gloo and mpi-sm for shm, mpi-tcp for ofi`, parsePeers)
     .addOption(new Option('--variants <list>', "weft variants: await (Promise API, 'weft') and sync (blocking, 'weft-sync')").argParser(parseVariants).default(['await', 'sync'], 'await,sync'))
-    .option('--iters <n>', 'timed iterations per size (capped by --byte-budget)', positiveInt, 50)
+    .option('--iters <n>', 'timed iterations per size (capped by --byte-budget)', positiveInt, 200)
     .option('--warmup <n>', 'warmup iterations per size', nonNegativeInt, 5)
     .addOption(new Option('--byte-budget <bytes>', 'caps timed runs at max(3, budget / size) (0: no cap)').argParser((v) => (v.trim() === '0' ? 0 : parseSize(v))).default(256 << 20, '256M'))
     .option('--runs <k>', 'repeat the sweep k times; rows report the median of the medians', positiveInt, 1)

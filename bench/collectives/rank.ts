@@ -12,6 +12,9 @@ import { median } from '../lib/stats.js';
 import { caseLayout, iterationsFor, type CollectiveOp, type CollectiveRow } from './metrics.js';
 import { ROW_PREFIX, VARIANT_SYSTEM, type RankPlan, type Variant } from './plan.js';
 
+/** Warmup calls per size a JavaScript rank makes at least (see main). */
+const JIT_WARMUP = 2000;
+
 /** The same test data as the peer harnesses: small integers, so float32 sums are exact. */
 function value(rank: number, i: number): number {
   return (rank + 1) * ((i % 61) + 1);
@@ -110,7 +113,11 @@ async function main(): Promise<void> {
     for (const op of plan.ops) {
       for (const requested of op === 'barrier' ? [0] : plan.sizes) {
         const c = makeCase(ctx, op, requested, plan.timeoutMs);
-        const { iters, warmup } = iterationsFor(c.bytes, plan.iters, plan.warmup, plan.byteBudget);
+        const { iters, warmup: w } = iterationsFor(c.bytes, plan.iters, plan.warmup, plan.byteBudget);
+        // JavaScript runs interpreted until V8 has seen a call path often enough to compile it,
+        // and five calls are not enough: small sizes warm up longer than the C harnesses need
+        // to (within the byte budget; warmup is never timed).
+        const warmup = Math.max(w, Math.min(JIT_WARMUP, plan.byteBudget > 0 ? Math.floor(plan.byteBudget / Math.max(1, c.bytes)) : JIT_WARMUP));
         c.reset();
         ctx.barrierSync({ timeoutMs: plan.timeoutMs });
         await c.runAsync();

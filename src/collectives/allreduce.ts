@@ -15,7 +15,8 @@ import { Board } from '../transport/board.js';
 import type { ReduceOp } from '../reduce/index.js';
 import type { TransportOp } from '../transport/ops.js';
 import { bytesOf, checkArray, checkLength, evenCounts, offsets, reduction, sameType, type TypedArray } from './checks.js';
-import { copy, makeComm, runAsync, runSync, type Algorithm, type CollectiveOptions, type Comm, type Group, type Reduction } from './comm.js';
+import { Comm, copy, runAsync, runSync, type Algorithm, type CollectiveOptions, type Group, type Reduction } from './comm.js';
+import { signature } from '../transport/signature.js';
 import { ringAllgather, ringReduceScatter } from './ring.js';
 
 export type AllreduceAlgorithm = 'auto' | 'board' | 'direct' | 'ring';
@@ -42,14 +43,37 @@ interface Plan {
   board?: { board: Board; inB: Uint8Array; outB: Uint8Array; red: Reduction; count: number };
 }
 
+/** What the checks of one call established, reused when the next call passes the same arrays and options. */
+interface Checked {
+  input: TypedArray;
+  output: TypedArray;
+  length: number;
+  op: ReduceOp | undefined;
+  float: AllreduceOptions['float'];
+  red: Reduction;
+  sig: number;
+}
+
+/**
+ * The last call's checks, per group: a training loop reduces the same arrays call after call,
+ * and type, dtype and length checks cost more than an 8-byte board allreduce itself.
+ */
+const lastChecked = new WeakMap<Group, Checked>();
+
 function plan(g: Group, input: TypedArray, options: AllreduceOptions, where: string): Plan {
-  checkArray(where, 'input', input);
   const output = options.output ?? input;
-  checkArray(where, 'output', output);
-  sameType(where, input, output);
-  checkLength(where, 'output', output, input.length, 'an allreduce output has as many elements as its input');
-  const red = reduction(where, input, options.op, options.float);
-  const c = makeComm(g, 'allreduce', options, red.dtype, red.op);
+  let k = lastChecked.get(g);
+  if (k === undefined || k.input !== input || k.output !== output || k.op !== options.op || k.float !== options.float || k.length !== input.length || input.length !== output.length) {
+    checkArray(where, 'input', input);
+    checkArray(where, 'output', output);
+    sameType(where, input, output);
+    checkLength(where, 'output', output, input.length, 'an allreduce output has as many elements as its input');
+    const red = reduction(where, input, options.op, options.float);
+    k = { input, output, length: input.length, op: options.op, float: options.float, red, sig: signature('allreduce', red.dtype, red.op) };
+    lastChecked.set(g, k);
+  }
+  const red = k.red;
+  const c = new Comm(g, 'allreduce', k.sig, options);
   const inB = bytesOf(input);
   const outB = bytesOf(output);
   const algorithm = options.algorithm ?? 'auto';

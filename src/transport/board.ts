@@ -4,13 +4,15 @@
  * use it without messages: a rank publishes its bytes and a sequence number, and reads its
  * peers' bytes as soon as their numbers match; it never waits for a message round trip.
  *
- * Layout (at `boardOffset` in every rank's inbox; u32 words, each counter on its own line):
- *   word 0   ARRIVE    sequence number of the last published call
+ * Layout (at `boardOffset` in every rank's inbox; u32 words):
+ *   line 0   word 0 ARRIVE (sequence number of the last published call); words 1 + 2p and
+ *            2 + 2p the signature and byte count of the call in slot p (p = seq & 1); words
+ *            5 + 5p .. 9 + 5p the bytes of that call when it has at most INLINE_BYTES. A
+ *            small call is then ONE cache line for a peer to fetch, not three.
  *   word 16  DONE      sequence number of the last call whose peers' bytes this rank has read
  *   word 32  SLEEPERS  peers asleep on one of this rank's words (a publisher wakes them)
- *   word 48+2p  SIG, BYTES of the call published in buffer p (p = seq & 1)
- *   then two buffers of BOARD_BUFFER_BYTES: call k uses buffer k & 1, so publishing call k
- *   only waits until every peer is done with call k - 2.
+ *   then two buffers of BOARD_BUFFER_BYTES for larger calls: call k uses slot k & 1, so
+ *   publishing call k only waits until every peer is done with call k - 2.
  */
 import { availableParallelism } from 'node:os';
 import { WeftError } from '../errors.js';
@@ -21,9 +23,12 @@ import { BOARD_BUFFER_BYTES, BOARD_HEADER_BYTES } from './layout.js';
 import { describeSignature } from './signature.js';
 
 const ARRIVE = 0;
+const SIG = 1;
+const INLINE = 5;
+/** Calls up to this many bytes travel inside the ARRIVE line. */
+const INLINE_BYTES = 20;
 const DONE = 16;
 const SLEEPERS = 32;
-const SIG = 48;
 const SPIN_MS = 0.05;
 const YIELD_MS = 0.5;
 const SLEEP_SLICE_MS = 5;
@@ -31,14 +36,17 @@ const SLEEP_SLICE_MS = 5;
 interface BoardView {
   words: Int32Array;
   buffers: [Uint8Array, Uint8Array];
+  inline: [Uint8Array, Uint8Array];
 }
 
 function viewOf(inbox: Uint8Array, offset: number): BoardView {
   const base = inbox.byteOffset + offset;
   const b0 = base + BOARD_HEADER_BYTES;
+  const i0 = base + INLINE * 4;
   return {
     words: new Int32Array(inbox.buffer, base, BOARD_HEADER_BYTES >> 2),
     buffers: [new Uint8Array(inbox.buffer, b0, BOARD_BUFFER_BYTES), new Uint8Array(inbox.buffer, b0 + BOARD_BUFFER_BYTES, BOARD_BUFFER_BYTES)],
+    inline: [new Uint8Array(inbox.buffer, i0, INLINE_BYTES), new Uint8Array(inbox.buffer, i0 + INLINE_BYTES, INLINE_BYTES)],
   };
 }
 
@@ -51,14 +59,18 @@ export interface BoardCall {
 export class Board {
   /** boards[r]: rank r's board (this rank's own, or a peer's through the mapping). */
   private readonly boards: BoardView[] = [];
+  /** Sequence number of the last call (int32, wrapping: every comparison is modular). */
   private seq = 0;
   /** Async users queue here: board calls run one at a time, in call order. */
   private tail: Promise<void> = Promise.resolve();
   private pending = 0;
   private readonly oversubscribed: boolean;
+  /** The last DONE value read from each peer: DONE only grows, so a wait it satisfies needs no fresh read (a cache miss). */
+  private readonly knownDone: Int32Array;
 
   private constructor(private readonly device: Device) {
     this.oversubscribed = device.size > availableParallelism();
+    this.knownDone = new Int32Array(device.size);
     for (let r = 0; r < device.size; r++) {
       const inbox = r === device.rank ? device.inbox.bytes : (device.pairs[r]?.peerInbox as Uint8Array);
       this.boards.push(viewOf(inbox, device.boardOffset));
@@ -95,26 +107,28 @@ export class Board {
    * Returns the call's sequence number.
    */
   publishSync(bytes: Uint8Array, sig: number, call: BoardCall): number {
-    const k = ++this.seq;
-    this.waitSync(DONE, k - 2, call);
+    const k = (this.seq = (this.seq + 1) | 0);
+    this.waitSync(DONE, (k - 2) | 0, call);
     this.publish(k, bytes, sig);
     return k;
   }
 
   async publishAsync(bytes: Uint8Array, sig: number, call: BoardCall): Promise<number> {
-    const k = ++this.seq;
-    await this.waitAsync(DONE, k - 2, call);
+    const k = (this.seq = (this.seq + 1) | 0);
+    await this.waitAsync(DONE, (k - 2) | 0, call);
     this.publish(k, bytes, sig);
     return k;
   }
 
   private publish(k: number, bytes: Uint8Array, sig: number): void {
     const me = this.boards[this.device.rank];
-    const buf = me.buffers[k & 1];
-    if (bytes.byteLength >= 2048) native.copyBytes(buf, 0, bytes, 0, bytes.byteLength);
-    else for (let i = 0; i < bytes.byteLength; i++) buf[i] = bytes[i];
-    me.words[SIG + 2 * (k & 1)] = sig;
-    me.words[SIG + 2 * (k & 1) + 1] = bytes.byteLength;
+    const p = k & 1;
+    const n = bytes.byteLength;
+    const buf = n <= INLINE_BYTES ? me.inline[p] : me.buffers[p];
+    if (n >= 2048) native.copyBytes(buf, 0, bytes, 0, n);
+    else for (let i = 0; i < n; i++) buf[i] = bytes[i];
+    me.words[SIG + 2 * p] = sig;
+    me.words[SIG + 2 * p + 1] = n;
     this.store(ARRIVE, k);
   }
 
@@ -153,7 +167,7 @@ export class Board {
       if (theirBytes !== nbytes) {
         throw this.abort(new WeftError('EINVAL', `${this.device.label}: ${describeSignature(sig)}: rank ${r} passed ${theirBytes} bytes where this rank passed ${nbytes}; every rank must pass arrays of matching lengths (and dtypes)`));
       }
-      if (fresh) out[r] = b.buffers[p].subarray(0, nbytes);
+      if (fresh) out[r] = (nbytes <= INLINE_BYTES ? b.inline[p] : b.buffers[p]).subarray(0, nbytes);
     }
     return out;
   }
@@ -172,7 +186,16 @@ export class Board {
   /** The first rank whose `word` is below k, or -1. */
   private behind(word: number, k: number): number {
     const me = this.device.rank;
-    for (let r = 0; r < this.boards.length; r++) if (r !== me && Atomics.load(this.boards[r].words, word) - k < 0) return r;
+    const known = this.knownDone;
+    for (let r = 0; r < this.boards.length; r++) {
+      if (r === me) continue;
+      if (word === DONE) {
+        if (((known[r] - k) | 0) >= 0) continue;
+        const v = Atomics.load(this.boards[r].words, DONE);
+        known[r] = v;
+        if (((v - k) | 0) < 0) return r;
+      } else if (((Atomics.load(this.boards[r].words, word) - k) | 0) < 0) return r;
+    }
     return -1;
   }
 
@@ -206,7 +229,7 @@ export class Board {
     const w = this.boards[r].words;
     Atomics.add(w, SLEEPERS, 1);
     const v = Atomics.load(w, word);
-    if (v - k < 0) return v;
+    if (((v - k) | 0) < 0) return v;
     Atomics.sub(w, SLEEPERS, 1);
     return undefined;
   }
