@@ -81,7 +81,9 @@ function plan(g: Group, input: TypedArray, options: AllreduceOptions, where: str
   if (algorithm === 'board' && (!board || inB.byteLength > Board.capacity)) {
     throw new WeftError('EINVAL', `${where}: algorithm 'board' needs the shm provider on one host and at most ${Board.capacity} bytes`);
   }
-  if (g.size > 1 && board && (algorithm === 'board' || (algorithm === 'auto' && inB.byteLength <= Board.capacity && g.size <= 8))) {
+  // Board calls pair up in call order, not by tag: a tagged call (maybe one of several in
+  // flight, issued in different orders on different ranks) takes tag-matched messages.
+  if (g.size > 1 && board && (algorithm === 'board' || (algorithm === 'auto' && !options.tag && inB.byteLength <= Board.capacity && g.size <= 8))) {
     return { c, alg: undefined, out: output, board: { board, inB, outB, red, count: input.length } };
   }
   let alg: Algorithm;

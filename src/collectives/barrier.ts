@@ -1,4 +1,9 @@
-/** barrier: nobody leaves before everybody arrived (dissemination: ceil(log2 n) rounds of 0-byte messages). */
+/**
+ * barrier: nobody leaves before everybody arrived. On one host over shm (untagged calls), an
+ * empty call on the board: every rank publishes a sequence number and waits for everyone's,
+ * one cache line per peer. Otherwise dissemination: ceil(log2 n) rounds of 0-byte messages.
+ */
+import { WeftError } from '../errors.js';
 import { makeComm, runAsync, runSync, type Algorithm, type CollectiveOptions, type Comm, type Group } from './comm.js';
 
 const EMPTY = new Uint8Array(0);
@@ -8,16 +13,32 @@ function* dissemination(c: Comm): Algorithm {
   for (let k = 1; k < n; k <<= 1) yield [c.recv((c.rank - k + n) % n, EMPTY), c.send((c.rank + k) % n, EMPTY)];
 }
 
+/** The board when this barrier may use it (see allreduce: board calls pair up in call order, so not for tagged calls). */
+function boardFor(g: Group, options: CollectiveOptions) {
+  return g.size > 1 && !options.tag ? g.transport.board : undefined;
+}
+
 /**
  * @example
  * await barrier(ctx);   // every rank got here
  */
 export async function barrier(g: Group, options: CollectiveOptions = {}): Promise<void> {
   const c = makeComm(g, 'barrier', options);
-  await runAsync(c, dissemination(c));
+  const board = boardFor(g, options);
+  if (!board) return runAsync(c, dissemination(c));
+  await board.queue(async () => {
+    const k = await board.publishAsync(EMPTY, c.sig, c);
+    await board.gatherAsync(k, c.sig, 0, c);
+    board.release(k);
+  });
 }
 
 export function barrierSync(g: Group, options: CollectiveOptions = {}): void {
   const c = makeComm(g, 'barrier', options);
-  runSync(c, dissemination(c));
+  const board = boardFor(g, options);
+  if (!board) return runSync(c, dissemination(c));
+  if (board.busy) throw new WeftError('EINVAL', `${c.what}: an async board call (allreduce or barrier) is still running on this context; await it before a blocking one`);
+  const k = board.publishSync(EMPTY, c.sig, c);
+  board.gatherSync(k, c.sig, 0, c);
+  board.release(k);
 }

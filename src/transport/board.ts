@@ -31,6 +31,11 @@ const DONE = 16;
 const SLEEPERS = 32;
 const SPIN_MS = 0.05;
 const YIELD_MS = 0.5;
+/**
+ * With more ranks than cores, keep yielding this long before sleeping: a yield hands the core
+ * straight to a runnable rank, while a futex wake-up costs tens of microseconds or a tick.
+ */
+const OVERSUBSCRIBED_YIELD_MS = 20;
 const SLEEP_SLICE_MS = 5;
 
 interface BoardView {
@@ -217,11 +222,11 @@ export class Board {
     const r = this.behind(word, k);
     if (r < 0) return 'done';
     // More ranks than cores: the rank we wait for may need our core, so yield from the start.
-    if ((i & (this.oversubscribed ? 15 : 255)) !== 0) return 'spin';
+    if ((i & (this.oversubscribed ? 3 : 255)) !== 0) return 'spin';
     const dt = performance.now() - t0;
     if (dt <= SPIN_MS && !this.oversubscribed) return 'spin';
     this.check(call, r);
-    return dt < YIELD_MS ? 'yield' : r;
+    return dt < (this.oversubscribed ? OVERSUBSCRIBED_YIELD_MS : YIELD_MS) ? 'yield' : r;
   }
 
   /** Registers as a sleeper on rank r's word: returns the value to sleep on, or undefined if it moved. */
