@@ -15,6 +15,11 @@ import * as L from './layout.js';
 const SPIN_US = 50;
 /** Then yield the core this long before sleeping (lets oversubscribed ranks run). */
 const YIELD_US = 2000;
+/**
+ * With more processes than cores, yield this long: a yield hands the core straight to the
+ * runnable peer, while a futex wake-up costs tens of microseconds or a scheduler tick.
+ */
+const OVERSUBSCRIBED_YIELD_US = 20_000;
 /** Sleep in slices this long, checking peers' liveness between slices. */
 const SLEEP_SLICE_MS = 50;
 
@@ -105,7 +110,7 @@ export class ShmCompletionQueue implements CompletionQueue {
     const what = `${this.dev.label}: wait for completions`;
     const deadline = new Deadline(options.timeoutMs, options.signal);
     if (this.spin()) return;
-    const yieldUntil = performance.now() + YIELD_US / 1000;
+    const yieldUntil = performance.now() + (this.dev.oversubscribed ? OVERSUBSCRIBED_YIELD_US : YIELD_US) / 1000;
     while (performance.now() < yieldUntil) {
       await new Promise<void>((r) => setImmediate(r));
       if (this.ready()) return;
@@ -143,7 +148,7 @@ export class ShmCompletionQueue implements CompletionQueue {
     const what = `${this.dev.label}: waitSync for completions`;
     const deadline = new Deadline(options.timeoutMs, options.signal);
     if (this.spin()) return;
-    const yieldUntil = performance.now() + YIELD_US / 1000;
+    const yieldUntil = performance.now() + (this.dev.oversubscribed ? OVERSUBSCRIBED_YIELD_US : YIELD_US) / 1000;
     while (performance.now() < yieldUntil) {
       native.yieldThread();
       if (this.ready()) return;
