@@ -31,8 +31,12 @@ export interface RpcMesh<U> {
   descs: Uint8Array[][];
 }
 
-/** Creates a context and one endpoint per peer, exchanges infos and connects them all. */
-export async function joinRpcMesh<U>(rank: number, n: number, provider: string, ctxOptions: ContextOptions = {}, epOptions: EndpointOptions = {}, only?: number[]): Promise<RpcMesh<U>> {
+/**
+ * Creates a context and one endpoint per peer, exchanges infos and connects them all.
+ * `extraDescs(ctx)`, when given, returns descriptors (e.g. of ctx.allocate'd regions) that
+ * travel in the same exchange; the peers find them in `descs[rank]`.
+ */
+export async function joinRpcMesh<U>(rank: number, n: number, provider: string, ctxOptions: ContextOptions = {}, epOptions: EndpointOptions = {}, only?: number[], extraDescs?: (ctx: Context<U>) => Uint8Array[]): Promise<RpcMesh<U>> {
   const ctx = await createContext<U>({ provider, label: `rank ${rank}`, ...ctxOptions });
   const eps: (Endpoint<U> | undefined)[] = [];
   const blobs: Record<number, Uint8Array> = {};
@@ -45,7 +49,7 @@ export async function joinRpcMesh<U>(rank: number, n: number, provider: string, 
     eps.push(ep);
     blobs[p] = ep.localInfo();
   }
-  const table = await exchange(rank, blobs);
+  const table = await exchange(rank, blobs, extraDescs?.(ctx));
   for (let p = 0; p < n; p++) {
     const ep = eps[p];
     if (!ep) continue;

@@ -6,11 +6,15 @@
  *   request    the convenience layer: serve() on odd ranks, await ep.request() on even ones
  *   kill       rank 0 keeps requests pending toward rank 1, which the parent SIGKILLs
  *   wire, malformed: see wire-peer.ts (ranks speaking raw NIC verbs)
+ *   onesided, readFallback: see rpc-onesided.ts (rdmaRead/rdmaWrite, the consumer READ)
+ *   storeMesh  see rpc-store-mesh.ts (connectRpcMesh through a real store)
  */
 import { INSUFFICIENT_CREDIT, RING_FULL, type Endpoint, type RecvHandle } from '../../src/rpc/index.js';
 import type { WeftError } from '../../src/errors.js';
 import { fnv, joinRpcMesh, prng } from './rpc-mesh.js';
 import { wireScenario, malformedScenario } from './rpc-wire-peer.js';
+import { onesidedScenario, readFallbackScenario, type WorkerEnv } from './rpc-onesided.js';
+import { storeMeshScenario } from './rpc-store-mesh.js';
 
 const [scenario, rankS, nS, provider, argsJson] = process.argv.slice(2);
 const rank = Number(rankS);
@@ -279,12 +283,17 @@ async function kill(): Promise<unknown> {
   return undefined;
 }
 
+const env: WorkerEnv = { rank, n, provider, args, releasedP };
+
 const scenarios: Record<string, () => Promise<unknown>> = {
   stress,
   request,
   kill,
   wire: () => wireScenario(rank, n, provider, args, releasedP),
   malformed: () => malformedScenario(rank, n, provider, args, releasedP),
+  onesided: () => onesidedScenario(env),
+  readFallback: () => readFallbackScenario(env),
+  storeMesh: () => storeMeshScenario(env),
 };
 
 scenarios[scenario]()
