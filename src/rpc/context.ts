@@ -301,11 +301,16 @@ export class Context<U = unknown> implements RpcHost<U> {
   }
 
   endpointFailed(ep: Endpoint<U>): void {
+    this.endpointClosed(ep);
+    this.failed.push(ep);
+  }
+
+  /** Unregisters `ep` and gives its share of the receive credits back (failed or closed). */
+  endpointClosed(ep: Endpoint<U>): void {
     if (this.byQpn[ep.qp.qpn] === ep) this.byQpn[ep.qp.qpn] = undefined;
     this.srqMax -= ep.recvCredits;
     this.srqPosted -= ep.recvCredits - ep.consumedCredits;
     ep.consumedCredits = 0;
-    this.failed.push(ep);
   }
 
   rawPosted(): void {

@@ -103,6 +103,7 @@ export interface RpcHost<U> {
   pushRequest(ep: Endpoint<U>, callId: number, offset: number, length: number, internalAllowance: number, holdSeq: number): void;
   releaseHandle(h: RecvHandle<U>): void;
   endpointFailed(ep: Endpoint<U>): void;
+  endpointClosed(ep: Endpoint<U>): void;
   rawPosted(): void;
 }
 
@@ -290,6 +291,9 @@ export class Endpoint<U = unknown> {
     // With R at most C/4, a message of C/4 (metadata and wrap included) always fits eventually.
     this.maxMessage = this.C / 4 - META;
     this.state = 'ready';
+    const early = this.early;
+    this.early = undefined;
+    if (early) for (const imm of early) this.ingest(imm);
   }
 
   /**
@@ -588,9 +592,17 @@ export class Endpoint<U = unknown> {
 
   // ---- recv ring ------------------------------------------------------------------------
 
+  /** Batches that arrived before connect() (a faster peer, a context already being polled). */
+  private early: number[] | undefined;
+
   /** Decodes one batch (one RECV_WRITE_IMM with immediate `imm`) at the parse position. */
   ingest(imm: number): void {
-    if (this.state !== 'ready') return;
+    if (this.state !== 'ready') {
+      // Not connected yet: ring sizes and credit are unknown, so keep the batch for connect().
+      // Dropped, it would leave the parse position behind and skew every later batch.
+      if (this.state === 'init') (this.early ??= []).push(imm);
+      return;
+    }
     this.stats.batchesReceived++;
     const delta = imm * ALIGNMENT;
     const C = this.recvC;
@@ -717,10 +729,11 @@ export class Endpoint<U = unknown> {
     this.slab.drain(fn);
   }
 
-  /** Closes the QP and releases the memory; pending calls are dropped. */
+  /** Closes the QP and releases the memory (and its share of receive credits); pending calls are dropped. */
   close(): void {
     if (this.state === 'closed') return;
     if (this.state !== 'failed') {
+      this.host.endpointClosed(this);
       this.qp.close();
       this.recvMr.deregister();
       this.ctlMr.deregister();
