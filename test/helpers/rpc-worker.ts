@@ -8,6 +8,7 @@
  *   wire, malformed: see wire-peer.ts (ranks speaking raw NIC verbs)
  *   onesided, readFallback: see rpc-onesided.ts (rdmaRead/rdmaWrite, the consumer READ)
  *   storeMesh  see rpc-store-mesh.ts (connectRpcMesh through a real store)
+ *   earlyBatch see rpc-early.ts (batches that reach an endpoint before its connect())
  */
 import { INSUFFICIENT_CREDIT, RING_FULL, type Endpoint, type RecvHandle } from '../../src/rpc/index.js';
 import type { WeftError } from '../../src/errors.js';
@@ -15,6 +16,7 @@ import { fnv, joinRpcMesh, prng } from './rpc-mesh.js';
 import { wireScenario, malformedScenario } from './rpc-wire-peer.js';
 import { onesidedScenario, readFallbackScenario, type WorkerEnv } from './rpc-onesided.js';
 import { storeMeshScenario } from './rpc-store-mesh.js';
+import { earlyBatchScenario } from './rpc-early.js';
 
 const [scenario, rankS, nS, provider, argsJson] = process.argv.slice(2);
 const rank = Number(rankS);
@@ -294,6 +296,7 @@ const scenarios: Record<string, () => Promise<unknown>> = {
   onesided: () => onesidedScenario(env),
   readFallback: () => readFallbackScenario(env),
   storeMesh: () => storeMeshScenario(env),
+  earlyBatch: () => earlyBatchScenario(env),
 };
 
 scenarios[scenario]()
