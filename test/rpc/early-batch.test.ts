@@ -7,11 +7,8 @@
  * Before the fix they were dropped without advancing the parse position, so the early
  * requests were never answered and later batches were decoded at the wrong offset.
  *
- * ofi is still broken one layer down: OfiCompletionQueue.translate (src/nic/ofi/
- * completion-queue.ts) drops a remote write whose QP is not 'ready' yet, so the batch never
- * reaches Endpoint.ingest (rank 1 then fails with EPROTO, "message count 1 leaves 480 bytes
- * of the 544-byte batch undecoded", and rank 0's requests time out). The ofi variant is
- * skipped until that is fixed; WEFT_TEST_KNOWN_BROKEN=1 runs it.
+ * On ofi the NIC layer must deliver a remote write to a QP that is not connected yet (it
+ * dropped them before; providers with 4-byte CQ data still cannot attribute them).
  */
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -24,7 +21,6 @@ const WORKER = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'he
 const providers = ['shm'];
 if (native.ofi.available) providers.push('ofi');
 /** Providers where batches before connect are still lost below copyrpc (see above). */
-const KNOWN_BROKEN = new Set(process.env.WEFT_TEST_KNOWN_BROKEN ? [] : ['ofi']);
 
 interface Rank0 { ok: number; earlyOk: number; wrong: string[]; batchesSentEarly: number; state: string }
 interface Rank1 {
@@ -36,11 +32,6 @@ interface Rank1 {
 }
 
 for (const provider of providers) {
-  if (KNOWN_BROKEN.has(provider)) {
-    // Not test.skip: scripts/run-tests.mjs counts uvu's skipped tests as failures.
-    console.log(`copyrpc batches before connect (${provider}): not run, known broken in the ofi NIC layer (WEFT_TEST_KNOWN_BROKEN=1 runs it)`);
-    continue;
-  }
   const test = suite(`copyrpc batches before connect (${provider})`);
   test('requests that reach a served endpoint before its connect() are all answered, in order', async () => {
     const early = 6;

@@ -65,8 +65,10 @@ export class OfiCompletionQueue implements CompletionQueue {
           lenField = w[b + L.OUT_LEN];
         }
         const qp = qps[qpn];
-        // A write for a QP closed since (or a stray one) is dropped.
-        if (qp === undefined || qp.state !== 'ready') continue;
+        // A write for a QP closed since (or a stray one) is dropped. One for a QP not connected
+        // yet is delivered: the peer connected first and wrote at once (an RDMA NIC delivers it
+        // too; with 4-byte CQ data the source is unknown until connect and it cannot be).
+        if (qp === undefined || (qp.state !== 'ready' && qp.state !== 'init')) continue;
         const o = at + n++;
         out.qpn[o] = qpn;
         out.opcode[o] = Opcode.RECV_WRITE_IMM;
