@@ -11,7 +11,7 @@
  */
 import { WeftError } from '../errors.js';
 import { reduceMany } from '../reduce/index.js';
-import { Board } from '../transport/board.js';
+import { Board, type BoardFold } from '../transport/board.js';
 import type { ReduceOp } from '../reduce/index.js';
 import type { TransportOp } from '../transport/ops.js';
 import { bytesOf, checkArray, checkLength, evenCounts, offsets, reduction, sameType, type TypedArray } from './checks.js';
@@ -40,7 +40,7 @@ interface Plan {
   alg: Algorithm | undefined;
   out: TypedArray;
   /** Set when the call takes the board instead of messages. */
-  board?: { board: Board; inB: Uint8Array; outB: Uint8Array; red: Reduction; count: number };
+  board?: { board: Board; inB: Uint8Array; fold: BoardFold };
 }
 
 /** What the checks of one call established, reused when the next call passes the same arrays and options. */
@@ -84,7 +84,7 @@ function plan(g: Group, input: TypedArray, options: AllreduceOptions, where: str
   // Board calls pair up in call order, not by tag: a tagged call (maybe one of several in
   // flight, issued in different orders on different ranks) takes tag-matched messages.
   if (g.size > 1 && board && (algorithm === 'board' || (algorithm === 'auto' && !options.tag && inB.byteLength <= Board.capacity && g.size <= 8))) {
-    return { c, alg: undefined, out: output, board: { board, inB, outB, red, count: input.length } };
+    return { c, alg: undefined, out: output, board: { board, inB, fold: { op: red.op, dtype: red.dtype, count: input.length, out: outB } } };
   }
   let alg: Algorithm;
   if (g.size === 1) alg = single(inB, outB);
@@ -136,13 +136,7 @@ function* ring(c: Comm, inB: Uint8Array, outB: Uint8Array, red: Reduction, count
 export async function allreduce<T extends TypedArray>(g: Group, input: T, options: AllreduceOptions = {}): Promise<T> {
   const p = plan(g, input, options, `rank ${g.rank}: allreduce`);
   if (p.board) {
-    const b = p.board;
-    await b.board.queue(async () => {
-      const k = await b.board.publishAsync(b.inB, p.c.sig, p.c);
-      const srcs = await b.board.gatherAsync(k, p.c.sig, b.inB.byteLength, p.c);
-      reduceMany(b.red.op, b.red.dtype, b.count, b.outB, srcs);
-      b.board.release(k);
-    });
+    await p.board.board.exchangeAsync(p.board.inB, p.c.sig, p.c, p.board.fold);
   } else {
     await runAsync(p.c, p.alg as Algorithm);
   }
@@ -153,12 +147,7 @@ export async function allreduce<T extends TypedArray>(g: Group, input: T, option
 export function allreduceSync<T extends TypedArray>(g: Group, input: T, options: AllreduceOptions = {}): T {
   const p = plan(g, input, options, `rank ${g.rank}: allreduceSync`);
   if (p.board) {
-    const b = p.board;
-    if (b.board.busy) throw new WeftError('EINVAL', `${p.c.what}: an async allreduce is still running on this context; await it before a blocking one`);
-    const k = b.board.publishSync(b.inB, p.c.sig, p.c);
-    const srcs = b.board.gatherSync(k, p.c.sig, b.inB.byteLength, p.c);
-    reduceMany(b.red.op, b.red.dtype, b.count, b.outB, srcs);
-    b.board.release(k);
+    p.board.board.exchangeSync(p.board.inB, p.c.sig, p.c, p.board.fold);
   } else {
     runSync(p.c, p.alg as Algorithm);
   }

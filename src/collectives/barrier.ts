@@ -3,7 +3,6 @@
  * empty call on the board: every rank publishes a sequence number and waits for everyone's,
  * one cache line per peer. Otherwise dissemination: ceil(log2 n) rounds of 0-byte messages.
  */
-import { WeftError } from '../errors.js';
 import { makeComm, runAsync, runSync, type Algorithm, type CollectiveOptions, type Comm, type Group } from './comm.js';
 
 const EMPTY = new Uint8Array(0);
@@ -26,19 +25,12 @@ export async function barrier(g: Group, options: CollectiveOptions = {}): Promis
   const c = makeComm(g, 'barrier', options);
   const board = boardFor(g, options);
   if (!board) return runAsync(c, dissemination(c));
-  await board.queue(async () => {
-    const k = await board.publishAsync(EMPTY, c.sig, c);
-    await board.gatherAsync(k, c.sig, 0, c);
-    board.release(k);
-  });
+  await board.exchangeAsync(EMPTY, c.sig, c);
 }
 
 export function barrierSync(g: Group, options: CollectiveOptions = {}): void {
   const c = makeComm(g, 'barrier', options);
   const board = boardFor(g, options);
   if (!board) return runSync(c, dissemination(c));
-  if (board.busy) throw new WeftError('EINVAL', `${c.what}: an async board call (allreduce or barrier) is still running on this context; await it before a blocking one`);
-  const k = board.publishSync(EMPTY, c.sig, c);
-  board.gatherSync(k, c.sig, 0, c);
-  board.release(k);
+  board.exchangeSync(EMPTY, c.sig, c);
 }

@@ -1,5 +1,6 @@
 /** Argument checks shared by the collectives: every bad input is an EINVAL before anything is sent. */
 import { WeftError } from '../errors.js';
+import { describeValue } from '../util/describe.js';
 import { checkReducible, dtypeOf, elementSize, type DType, type ReduceOp } from '../reduce/index.js';
 import type { Reduction } from './comm.js';
 
@@ -13,7 +14,7 @@ export function isTypedArray(v: unknown): v is TypedArray {
 export { bytesOf } from '../transport/bytes.js';
 
 export function checkArray(where: string, name: string, v: unknown): asserts v is TypedArray {
-  if (!isTypedArray(v)) throw new WeftError('EINVAL', `${where}: ${name} must be a typed array (Float32Array, Int32Array, BigInt64Array, ...), got ${v === null ? 'null' : typeof v === 'object' ? (v as object).constructor?.name : typeof v}`);
+  if (!isTypedArray(v)) throw new WeftError('EINVAL', `${where}: ${name} must be a typed array (Float32Array, Int32Array, BigInt64Array, ...), got ${describeValue(v)}`);
 }
 
 export function dtypeName(where: string, v: TypedArray, hint?: 'float16' | 'bfloat16'): DType {

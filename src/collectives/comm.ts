@@ -6,7 +6,7 @@
  * mismatch, a timeout or a dead rank, messages may be in flight and the context is unusable.
  */
 import { WeftError } from '../errors.js';
-import { native } from '../native/binding.js';
+import { copyInto } from '../util/copy.js';
 import { Deadline, type WaitOptions } from '../util/deadline.js';
 import type { DType, ReduceOp } from '../reduce/index.js';
 import type { Device } from '../transport/device.js';
@@ -140,9 +140,8 @@ export async function runAsync(c: Comm, alg: Algorithm): Promise<void> {
   }
 }
 
-/** memcpy between byte views (native above a few KiB). */
+/** memcpy between byte views (nothing when they are the same memory). */
 export function copy(dst: Uint8Array, src: Uint8Array): void {
   if (dst.buffer === src.buffer && dst.byteOffset === src.byteOffset) return;
-  if (src.byteLength >= 2048) native.copyBytes(dst, 0, src, 0, src.byteLength);
-  else dst.set(src);
+  copyInto(dst, 0, src, 0, src.byteLength);
 }

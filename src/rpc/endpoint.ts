@@ -27,8 +27,8 @@
  * 2^32 for these non-negative integers, and every ring size and 32 divide 2^32.
  */
 import { WeftError } from '../errors.js';
-import { native } from '../native/binding.js';
-import { NATIVE_COPY_MIN } from '../nic/shm/copy.js';
+import { copyInto } from '../util/copy.js';
+import { describeValue as describe } from '../util/describe.js';
 import type { Device, MemoryRegion, QueuePair, RemoteRegion } from '../nic/types.js';
 import {
   ALIGNMENT,
@@ -515,8 +515,7 @@ export class Endpoint<U = unknown> {
    * Copies the payload and zeroes the padding up to `end`. Stores into shared memory cost
    * about 1.5 ns per byte store here, so short payloads are assembled into 32-bit words
    * (`dst` is 4-aligned: a 32-aligned message plus the 12-byte header): 20 ns for 32 B against
-   * 50 ns byte-wise or 29 ns through set(). Long ones take set(), and from 2 KiB one native
-   * memcpy (V8 copies into a SharedArrayBuffer at about a third of memcpy's speed).
+   * 50 ns byte-wise or 29 ns through set(). Longer ones go through copyInto.
    */
   private copyIn(src: Uint8Array, dst: number, len: number, end: number): void {
     const s8 = this.s8;
@@ -527,10 +526,8 @@ export class Endpoint<U = unknown> {
       let i = 0;
       for (let w = dst >>> 2; i < n; i += 4, w++) d32[w] = src[i] | (src[i + 1] << 8) | (src[i + 2] << 16) | (src[i + 3] << 24);
       for (; i < len; i++) s8[dst + i] = src[i];
-    } else if (len < NATIVE_COPY_MIN) {
-      s8.set(src, dst);
     } else {
-      native.copyBytes(s8, dst, src, 0, len);
+      copyInto(s8, dst, src, 0, len);
     }
     while (p & 3 && p < end) s8[p++] = 0;
     const s32 = this.s32;
@@ -769,11 +766,4 @@ export class Endpoint<U = unknown> {
   debugState(): Record<string, number> {
     return { P: this.P, flushStart: this.flushStart, remoteConsumer: this.remoteConsumer, R: this.R, C: this.C, peerCredit: this.peerCredit, peerCap: this.peerCap, creditOut: this.creditOut, parsePos: this.parsePos, releasePos: this.releasePos, maxResp: this.maxResp, recvC: this.recvC };
   }
-}
-
-/** `Float32Array`, `string`, `null`: what a wrong argument was, for messages. */
-function describe(x: unknown): string {
-  if (x === null) return 'null';
-  if (typeof x !== 'object') return typeof x;
-  return (x as object).constructor?.name ?? 'object';
 }

@@ -17,6 +17,8 @@
 import { availableParallelism } from 'node:os';
 import { WeftError } from '../errors.js';
 import { native } from '../native/binding.js';
+import { reduceMany, type DType, type ReduceOp } from '../reduce/index.js';
+import { copyInto } from '../util/copy.js';
 import type { Deadline } from '../util/deadline.js';
 import type { Device } from './device.js';
 import { BOARD_BUFFER_BYTES, BOARD_HEADER_BYTES } from './layout.js';
@@ -53,6 +55,14 @@ function viewOf(inbox: Uint8Array, offset: number): BoardView {
     buffers: [new Uint8Array(inbox.buffer, b0, BOARD_BUFFER_BYTES), new Uint8Array(inbox.buffer, b0 + BOARD_BUFFER_BYTES, BOARD_BUFFER_BYTES)],
     inline: [new Uint8Array(inbox.buffer, i0, INLINE_BYTES), new Uint8Array(inbox.buffer, i0 + INLINE_BYTES, INLINE_BYTES)],
   };
+}
+
+/** Where a board call folds its peers' bytes: `out = srcs[0] op srcs[1] op ...` over `count` elements. */
+export interface BoardFold {
+  readonly op: ReduceOp;
+  readonly dtype: DType;
+  readonly count: number;
+  readonly out: Uint8Array;
 }
 
 /** The call on whose behalf the board waits: its deadline, and its name for errors (lazy). */
@@ -92,10 +102,30 @@ export class Board {
 
   static readonly capacity = BOARD_BUFFER_BYTES;
 
-  /** Runs `fn` after every earlier async board call (they share the sequence). */
-  queue<T>(fn: () => Promise<T>): Promise<T> {
+  /**
+   * One blocking board call: publishes `bytes`, waits for every rank's call with the same
+   * sequence number, folds their bytes in rank order into `fold.out` (allreduce; a barrier
+   * folds nothing), and tells the peers it is done reading.
+   */
+  exchangeSync(bytes: Uint8Array, sig: number, call: BoardCall, fold?: BoardFold): void {
+    if (this.pending > 0) throw new WeftError('EINVAL', `${call.what}: an async board call (allreduce or barrier) is still running on this context; await it before a blocking one`);
+    const k = (this.seq = (this.seq + 1) | 0);
+    this.waitSync(DONE, (k - 2) | 0, call);
+    this.publish(k, bytes, sig);
+    this.waitSync(ARRIVE, k, call);
+    this.finish(k, sig, bytes.byteLength, fold);
+  }
+
+  /** exchangeSync for the Promise API: async calls run one at a time, in call order (they share the sequence). */
+  exchangeAsync(bytes: Uint8Array, sig: number, call: BoardCall, fold?: BoardFold): Promise<void> {
     this.pending++;
-    const run = this.tail.then(fn);
+    const run = this.tail.then(async () => {
+      const k = (this.seq = (this.seq + 1) | 0);
+      await this.waitAsync(DONE, (k - 2) | 0, call);
+      this.publish(k, bytes, sig);
+      await this.waitAsync(ARRIVE, k, call);
+      this.finish(k, sig, bytes.byteLength, fold);
+    });
     this.tail = run.then(
       () => void this.pending--,
       () => void this.pending--,
@@ -103,53 +133,20 @@ export class Board {
     return run;
   }
 
-  get busy(): boolean {
-    return this.pending > 0;
-  }
-
-  /**
-   * Step 1 of a call: waits until the buffer is free, copies `bytes` in and publishes them.
-   * Returns the call's sequence number.
-   */
-  publishSync(bytes: Uint8Array, sig: number, call: BoardCall): number {
-    const k = (this.seq = (this.seq + 1) | 0);
-    this.waitSync(DONE, (k - 2) | 0, call);
-    this.publish(k, bytes, sig);
-    return k;
-  }
-
-  async publishAsync(bytes: Uint8Array, sig: number, call: BoardCall): Promise<number> {
-    const k = (this.seq = (this.seq + 1) | 0);
-    await this.waitAsync(DONE, (k - 2) | 0, call);
-    this.publish(k, bytes, sig);
-    return k;
-  }
-
   private publish(k: number, bytes: Uint8Array, sig: number): void {
     const me = this.boards[this.device.rank];
     const p = k & 1;
     const n = bytes.byteLength;
-    const buf = n <= INLINE_BYTES ? me.inline[p] : me.buffers[p];
-    if (n >= 2048) native.copyBytes(buf, 0, bytes, 0, n);
-    else for (let i = 0; i < n; i++) buf[i] = bytes[i];
+    copyInto(n <= INLINE_BYTES ? me.inline[p] : me.buffers[p], 0, bytes, 0, n);
     me.words[SIG + 2 * p] = sig;
     me.words[SIG + 2 * p + 1] = n;
     this.store(ARRIVE, k);
   }
 
-  /** Step 2: waits for every peer's call k; returns the rank-ordered views of their bytes. */
-  gatherSync(k: number, sig: number, nbytes: number, call: BoardCall): Uint8Array[] {
-    this.waitSync(ARRIVE, k, call);
-    return this.views(k, sig, nbytes);
-  }
-
-  async gatherAsync(k: number, sig: number, nbytes: number, call: BoardCall): Promise<Uint8Array[]> {
-    await this.waitAsync(ARRIVE, k, call);
-    return this.views(k, sig, nbytes);
-  }
-
-  /** Step 3: this rank is done reading call k (peers may reuse their buffer). */
-  release(k: number): void {
+  /** Every peer published call k: check and fold their bytes, then free our reading of them. */
+  private finish(k: number, sig: number, nbytes: number, fold: BoardFold | undefined): void {
+    const srcs = this.views(k, sig, nbytes);
+    if (fold) reduceMany(fold.op, fold.dtype, fold.count, fold.out, srcs);
     this.store(DONE, k);
   }
 

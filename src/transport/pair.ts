@@ -13,7 +13,7 @@
  * local staging ring that mirrors the peer's, and one WRITE_IMM carries them.
  */
 import { WeftError } from '../errors.js';
-import { native } from '../native/binding.js';
+import { copyInto } from '../util/copy.js';
 import { reduceInto } from '../reduce/index.js';
 import type { MemoryRegion, QueuePair, RemoteRegion } from '../nic/types.js';
 import * as L from './layout.js';
@@ -55,12 +55,6 @@ interface Current {
   roffset: number;
 }
 
-const SMALL_COPY = 2048;
-
-function copyInto(dst: Uint8Array, dstOff: number, src: Uint8Array, srcOff: number, len: number): void {
-  if (len >= SMALL_COPY) native.copyBytes(dst, dstOff, src, srcOff, len);
-  else for (let i = 0; i < len; i++) dst[dstOff + i] = src[srcOff + i];
-}
 
 export class Pair {
   error: WeftError | undefined;

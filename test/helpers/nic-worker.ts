@@ -5,6 +5,7 @@
  */
 import { CompletionBatch, Opcode, Status, statusName, type QueuePair } from '../../src/nic/index.js';
 import { joinMesh, prng, randomPool, type Mesh } from './mesh.js';
+import { sendEvent } from './worker-ipc.js';
 
 const [scenario, rankS, nS, provider, argsJson] = process.argv.slice(2);
 const rank = Number(rankS);
@@ -12,9 +13,7 @@ const n = Number(nS);
 const args = JSON.parse(argsJson) as Record<string, number | string | boolean>;
 const batch = new CompletionBatch(256);
 
-function event(name: string, data?: unknown): void {
-  process.send!({ type: 'event', rank, event: name, data });
-}
+const event = (name: string, data?: unknown) => sendEvent(rank, name, data);
 
 const released = new Promise<void>((resolve) => {
   process.on('message', (m: { type: string }) => {

@@ -11,6 +11,7 @@ import { createContext, type Endpoint } from '../../src/rpc/index.js';
 import type { WeftError } from '../../src/errors.js';
 import { exchange, unb64 } from './rpc-mesh.js';
 import type { WorkerEnv } from './rpc-onesided.js';
+import { sendEvent, sendResult } from './worker-ipc.js';
 
 /** What a rank answers: its rank, then the payload with every byte complemented. */
 export function earlyAnswer(responder: number, payload: Uint8Array): Uint8Array {
@@ -81,7 +82,7 @@ export async function earlyBatchScenario(env: WorkerEnv): Promise<void> {
     const late: Promise<void>[] = [];
     for (let i = 0; i < nLate; i++) late.push(ask(ep, 100 + i, `late request ${i} to rank 0`));
     await Promise.all(late);
-    process.send!({ type: 'result', rank, result: { ok, wrong, before, atConnect, state: ep.state } });
+    sendResult(rank, { ok, wrong, before, atConnect, state: ep.state });
     await releasedP;
     server.close();
     ctx.close();
@@ -104,13 +105,13 @@ export async function earlyBatchScenario(env: WorkerEnv): Promise<void> {
     }
   }
   const batchesSentEarly = ep.stats.batchesSent;
-  process.send!({ type: 'event', rank, event: 'sent' });
+  sendEvent(rank, 'sent');
   await Promise.all(early);
   const earlyOk = ok;
   const late: Promise<void>[] = [];
   for (let i = 0; i < nLate; i++) late.push(ask(ep, nEarly + i, `late request ${i} to rank 1`));
   await Promise.all(late);
-  process.send!({ type: 'result', rank, result: { ok, earlyOk, wrong, batchesSentEarly, state: ep.state } });
+  sendResult(rank, { ok, earlyOk, wrong, batchesSentEarly, state: ep.state });
   await releasedP;
   server.close();
   ctx.close();

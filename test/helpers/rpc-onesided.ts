@@ -14,6 +14,7 @@ import { RING_FULL, internalAllowance, type Context, type Endpoint, type RecvHan
 import type { MemoryRegion } from '../../src/nic/index.js';
 import type { WeftError } from '../../src/errors.js';
 import { fnv, joinRpcMesh } from './rpc-mesh.js';
+import { sendEvent, sendResult, tick } from './worker-ipc.js';
 
 export interface WorkerEnv {
   rank: number;
@@ -23,17 +24,8 @@ export interface WorkerEnv {
   releasedP: Promise<void>;
 }
 
-const tick = () => new Promise<void>((r) => setImmediate(r));
 const enc = (x: unknown) => new TextEncoder().encode(JSON.stringify(x));
 const dec = (b: Uint8Array) => JSON.parse(new TextDecoder().decode(b)) as unknown;
-
-function sendResult(rank: number, result: unknown): void {
-  process.send!({ type: 'result', rank, result });
-}
-
-function sendEvent(rank: number, event: string, data?: unknown): void {
-  process.send!({ type: 'event', rank, event, data });
-}
 
 /** Waits on the context's CQ for at most `ms`; a timeout only means "loop again". */
 async function waitBriefly(ctx: Context<any>, ms: number): Promise<void> {

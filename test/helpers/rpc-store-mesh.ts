@@ -9,6 +9,7 @@ import { openStore } from '../../src/rendezvous/open.js';
 import type { PrefixStore } from '../../src/rendezvous/prefix-store.js';
 import type { WeftError } from '../../src/errors.js';
 import type { WorkerEnv } from './rpc-onesided.js';
+import { sendResult } from './worker-ipc.js';
 
 /** What rank `responder` answers to `payload`: its rank, then the payload reversed. */
 export function meshAnswer(responder: number, payload: Uint8Array): Uint8Array {
@@ -67,13 +68,9 @@ export async function storeMeshScenario(env: WorkerEnv): Promise<void> {
     }
   }
   await Promise.all(jobs);
-  process.send!({
-    type: 'result',
-    rank,
-    result: {
-      ok, wrong, negative, endpointsAfterNegative, connectMs,
-      eps: eps.map((e) => (e ? { state: e.state, peerLabel: e.peerLabel } : null)),
-    },
+  sendResult(rank, {
+    ok, wrong, negative, endpointsAfterNegative, connectMs,
+    eps: eps.map((e) => (e ? { state: e.state, peerLabel: e.peerLabel } : null)),
   });
   // Peers may still be requesting from us until everyone reported.
   await releasedP;

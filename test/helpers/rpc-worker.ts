@@ -17,6 +17,7 @@ import { wireScenario, malformedScenario } from './rpc-wire-peer.js';
 import { onesidedScenario, readFallbackScenario, type WorkerEnv } from './rpc-onesided.js';
 import { storeMeshScenario } from './rpc-store-mesh.js';
 import { earlyBatchScenario } from './rpc-early.js';
+import { sendEvent, tick } from './worker-ipc.js';
 
 const [scenario, rankS, nS, provider, argsJson] = process.argv.slice(2);
 const rank = Number(rankS);
@@ -33,11 +34,7 @@ const releasedP = new Promise<void>((resolve) => {
   });
 });
 
-export function event(name: string, data?: unknown): void {
-  process.send!({ type: 'event', rank, event: name, data });
-}
-
-const tick = () => new Promise<void>((r) => setImmediate(r));
+const event = (name: string, data?: unknown) => sendEvent(rank, name, data);
 
 /** Request length: mostly small, sometimes up to 4 KiB. */
 function pickLen(r: () => number, max: number): number {

@@ -1,14 +1,10 @@
 /**
  * Byte copy between shared segments without a per-message allocation: small word-aligned
  * copies run as an Int32 loop (a subarray view would cost more than the copy), medium ones
- * use Uint8Array#set, and large ones one native memcpy: V8 copies SharedArrayBuffer contents
- * with relaxed-atomic word loops (~6 GB/s here), a third of memcpy, and above a few KiB the
- * ~50 ns of one Node-API call is the cheaper price.
+ * use Uint8Array#set, and large ones one native memcpy (see util/copy.ts for why).
  */
 import { native } from '../../native/binding.js';
-
-/** Copies at least this long go through the native memcpy. */
-export const NATIVE_COPY_MIN = 2048;
+import { NATIVE_COPY_MIN } from '../../util/copy.js';
 
 /** Copies `len` bytes; `dst32`/`src32` are Int32Array views of the same buffers as dst/src. */
 export function copyBytes(dst: Uint8Array, dst32: Int32Array, dOff: number, src: Uint8Array, src32: Int32Array, sOff: number, len: number): void {
