@@ -94,9 +94,6 @@ export class Context {
   async close(options: WaitOptions = {}): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    // A peer still connecting maps our segments: tearing them down first would fail it.
-    const everyone = this.pairs.map((_, p) => `_connected/${p}`);
-    await this.store.wait(everyone, { timeoutMs: options.timeoutMs ?? 5000, signal: options.signal }).catch(() => {});
     await this.transport.linger();
     this.transport.close();
     for (const qp of this.pairs) qp?.close();
@@ -153,7 +150,11 @@ export async function initWith<C extends Context>(make: (parts: ContextParts) =>
     const transport = new TransportDevice(device, rank, size, options.transport);
     const { qps: pairs, extras } = await connectFullMeshWithExtras(store, device, rank, size, { ...wait, qp: options.qp, extra: transport.descriptor() });
     transport.connect(pairs, extras);
+    // Returning only once every peer has mapped this rank, as a two-sided handshake would:
+    // a rank that then fails at once must not take its segments from a peer still connecting
+    // (the peer would fail first and be named as the cause).
     await store.set(`_connected/${rank}`, new Uint8Array(0));
+    await store.wait([...Array(size).keys()].map((p) => `_connected/${p}`), wait);
     return make({ rank, size, store, device, pairs, transport, style, serving: serve });
   } catch (err) {
     device?.close();
