@@ -151,6 +151,11 @@ export interface QueuePair {
   importRegion(descriptor: Uint8Array): RemoteRegion;
   /** RDMA WRITE with a 32-bit immediate; completes at the target as RECV_WRITE_IMM. */
   postWriteImm(local: MemoryRegion, localOffset: number, remote: RemoteRegion, remoteOffset: number, length: number, imm: number, wrId: number, signaled: boolean): void;
+  /**
+   * shm only: a WRITE_IMM of bytes already stored through `remote.direct`; completes at the
+   * target like postWriteImm of `length` bytes, without the copy.
+   */
+  postWriteImmInPlace?(remote: RemoteRegion, remoteOffset: number, length: number, imm: number, wrId: number, signaled: boolean): void;
   /** RDMA WRITE: lands silently at the target. */
   postWrite(local: MemoryRegion, localOffset: number, remote: RemoteRegion, remoteOffset: number, length: number, wrId: number, signaled: boolean): void;
   /** RDMA READ: copies the peer's bytes into local memory, without the peer's CPU on shm. */

@@ -133,10 +133,21 @@ export class Endpoint<U = unknown> {
   private readonly mr: MemoryRegion;
   private readonly recvMr: MemoryRegion;
   private readonly ctlMr: MemoryRegion;
-  private readonly s8: Uint8Array;
-  private readonly s32: Uint32Array;
+  /**
+   * The send ring; on shm, once connected, the peer's recv ring itself (see `inPlace`). The
+   * views and mask change once, in connect().
+   */
+  private s8: Uint8Array;
+  private s32: Uint32Array;
   /** The send ring as int32 words, the destination of word-wise payload copies. */
-  private readonly si32: Int32Array;
+  private si32: Int32Array;
+  /**
+   * shm: calls and replies are written straight into the peer's recv ring (its mapping is
+   * ours too) and each batch is posted as a WRITE_IMM in place: no copy at flush, and the
+   * stores' cache-line transfers overlap the rest of the work instead of stalling the post.
+   * Only space the peer has released is written, as a copy at flush would.
+   */
+  private inPlace = false;
   /** The recv ring (handles and response callbacks read payloads from it). */
   readonly recvRing: Uint8Array;
   private readonly r32: Uint32Array;
@@ -152,7 +163,7 @@ export class Endpoint<U = unknown> {
   // Send side. C: the ring cycle of this direction (min of our send ring and the peer's recv ring).
   private C = 0;
   private cMask = 0;
-  private readonly sMask: number;
+  private sMask: number;
   /** Producer: virtual position of the next byte written to the send ring. */
   private P = 0;
   /** P's offset in the send ring. */
@@ -280,6 +291,15 @@ export class Endpoint<U = unknown> {
     this.remoteRecv = recv;
     this.remoteCtl = ctl;
     this.remoteRecvSize = info.recvRingSize;
+    const direct = recv.direct;
+    if (direct && this.qp.postWriteImmInPlace) {
+      // Offsets in the send ring become offsets in the peer's ring (sOff = P mod its size).
+      this.inPlace = true;
+      this.s8 = direct;
+      this.s32 = new Uint32Array(direct.buffer, direct.byteOffset, direct.length >>> 2);
+      this.si32 = new Int32Array(direct.buffer, direct.byteOffset, direct.length >>> 2);
+      this.sMask = info.recvRingSize - 1;
+    }
     this.C = effectiveRing(this.sendRingSize, info.recvRingSize);
     this.cMask = this.C - 1;
     this.recvC = effectiveRing(info.sendRingSize, this.recvRingSize);
@@ -485,7 +505,9 @@ export class Endpoint<U = unknown> {
   private post(localOff: number, pos: number, len: number, span: number): void {
     const signaled = ++this.unsignaled >= SIGNAL_INTERVAL;
     if (signaled) this.unsignaled = 0;
-    this.qp.postWriteImm(this.mr, localOff, this.remoteRecv as RemoteRegion, (pos >>> 0) & (this.remoteRecvSize - 1), len, span / ALIGNMENT, WR_BATCH, signaled);
+    const rOff = (pos >>> 0) & (this.remoteRecvSize - 1);
+    if (this.inPlace) this.qp.postWriteImmInPlace!(this.remoteRecv as RemoteRegion, rOff, len, span / ALIGNMENT, WR_BATCH, signaled);
+    else this.qp.postWriteImm(this.mr, localOff, this.remoteRecv as RemoteRegion, rOff, len, span / ALIGNMENT, WR_BATCH, signaled);
   }
 
   /** Writes consumer position, credit grant and count at send-ring offset `at`. */

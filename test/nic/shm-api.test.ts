@@ -1,7 +1,7 @@
 /** The shm provider's API contract: bad input gets a clear error, waits time out and abort. */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { createDevice, CompletionBatch, listSegments, Opcode, type Device, type QueuePair, type MemoryRegion, type RemoteRegion } from '../../src/nic/index.js';
+import { createDevice, CompletionBatch, listSegments, Opcode, Status, type Device, type QueuePair, type MemoryRegion, type RemoteRegion } from '../../src/nic/index.js';
 import { WeftError } from '../../src/errors.js';
 
 const job = `apitest${process.pid}`;
@@ -51,6 +51,34 @@ test('posting with bad arguments throws before anything moves', async () => {
     const fresh = a.createQueuePair({ peerLabel: 'rank 9' });
     assert.throws(() => fresh.postWrite(ma, 0, rb, 0, 8, 1, true), /before connect|importRegion/);
     assert.throws(() => fresh.importRegion(mb.descriptor()), /not connected/);
+  } finally {
+    a.close();
+    b.close();
+  }
+});
+
+test('a WRITE_IMM in place completes like a copied one, over the bytes stored through direct', async () => {
+  const { a, b, qa, mb, rb } = await pair();
+  try {
+    const direct = rb.direct as Uint8Array;
+    assert.is(direct.length, 4096);
+    direct.set([1, 2, 3, 4, 5], 100);
+    qa.postWriteImmInPlace!(rb, 100, 5, 77, 9, true);
+    const out = new CompletionBatch(8);
+    assert.is(b.cq.poll(out), 1);
+    assert.equal([out.opcode[0], out.imm[0], out.byteLength[0]], [Opcode.RECV_WRITE_IMM, 77, 5]);
+    assert.equal([...mb.bytes.subarray(100, 105)], [1, 2, 3, 4, 5]);
+    assert.is(a.cq.poll(out), 1);
+    assert.equal([out.opcode[0], out.wrId[0], out.byteLength[0]], [Opcode.WRITE_IMM, 9, 5]);
+    // Past the target region: refused at the target, as a copied WRITE_IMM would be.
+    qa.postWriteImmInPlace!(rb, 4094, 5, 0, 1, true);
+    assert.is(a.cq.poll(out), 1);
+    assert.is(out.status[0], Status.REMOTE_ACCESS);
+    assert.match(String(out.errors[0]), /exceeds the 4096-byte region/);
+    assert.is(b.cq.poll(out), 0);
+    assert.throws(() => qa.postWriteImmInPlace!({} as RemoteRegion, 0, 5, 0, 1, true), /importRegion on this QP/);
+    const fresh = a.createQueuePair({ peerLabel: 'rank 9' });
+    assert.throws(() => fresh.postWriteImmInPlace!(rb, 0, 5, 0, 1, true), /importRegion on this QP|before connect/);
   } finally {
     a.close();
     b.close();

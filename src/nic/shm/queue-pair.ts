@@ -39,7 +39,8 @@ export interface QpHost {
 
 interface PendingOp {
   op: number;
-  local: ShmMemoryRegion;
+  /** null: a WRITE_IMM whose bytes are already in place (postWriteImmInPlace). */
+  local: ShmMemoryRegion | null;
   lOff: number;
   remote: ShmRemoteRegion;
   rOff: number;
@@ -134,21 +135,46 @@ export class ShmQueuePair extends QueuePairBase implements QueuePair {
       this.host.local.push(this.qpn, op, this.errorStatus, 0, wrId >>> 0, this.opError(op, wrId));
       return;
     }
+    this.submit(op, local, lOff, remote, rOff, len, imm, wrId, signaled);
+  }
+
+  /**
+   * A WRITE_IMM of `len` bytes that the caller already stored at `remote.direct[rOff..]`:
+   * completes at the target exactly like postWriteImm (same length and immediate), without
+   * the copy. The caller must not have stored past what the target lets it write (its ring
+   * protocol's job, as for the bytes a copy would have placed).
+   */
+  postWriteImmInPlace(remote: RemoteRegion, rOff: number, len: number, imm: number, wrId: number, signaled: boolean): void {
+    const op = Opcode.WRITE_IMM;
+    if (!(remote instanceof ShmRemoteRegion) || remote.peer !== this.peer) this.badArg(op, 'remote must come from importRegion on this QP');
+    this.checkRanges(op, len, 0, len, rOff);
+    if (this.state !== 'ready') {
+      if (this.state === 'init') throw new WeftError('EINVAL', `${this.host.label}: ${OP_NAMES[op]} toward ${this.peerLabel} before connect`);
+      this.host.local.push(this.qpn, op, this.errorStatus, 0, wrId >>> 0, this.opError(op, wrId));
+      return;
+    }
+    this.submit(op, null, 0, remote, rOff, len, imm, wrId, signaled);
+  }
+
+  private submit(op: number, local: ShmMemoryRegion | null, lOff: number, remote: ShmRemoteRegion, rOff: number, len: number, imm: number, wrId: number, signaled: boolean): void {
     if (this.sq.length === 0 && this.run(op, local, lOff, remote, rOff, len, imm, wrId, signaled)) return;
     this.sq.push({ op, local, lOff, remote, rOff, len, imm, wrId, signaled, at: performance.now() });
     this.host.queued(this);
   }
 
   /** Executes one operation; false when a WRITE_IMM must wait for a receive credit. */
-  private run(op: number, local: ShmMemoryRegion, lOff: number, remote: ShmRemoteRegion, rOff: number, len: number, imm: number, wrId: number, signaled: boolean): boolean {
+  private run(op: number, local: ShmMemoryRegion | null, lOff: number, remote: ShmRemoteRegion, rOff: number, len: number, imm: number, wrId: number, signaled: boolean): boolean {
     const peer = this.peer as PeerControl;
     if (rOff + len > remote.byteLength || !remote.valid()) {
       this.host.local.push(this.qpn, op, Status.REMOTE_ACCESS, 0, wrId >>> 0, this.accessError(op, wrId, remote, rOff, len));
       return true;
     }
+    // local is null only for a WRITE_IMM in place.
     if (op === Opcode.READ) {
+      local = local as ShmMemoryRegion;
       copyBytes(local.seg8, local.seg32, local.offset + lOff, remote.seg8, remote.seg32, remote.base + rOff, len);
     } else if (op === Opcode.WRITE) {
+      local = local as ShmMemoryRegion;
       copyBytes(remote.seg8, remote.seg32, remote.base + rOff, local.seg8, local.seg32, local.offset + lOff, len);
     } else {
       const t = peer.i32;
@@ -156,7 +182,7 @@ export class ShmQueuePair extends QueuePairBase implements QueuePair {
         this.credits = (Atomics.load(t, this.grantedIdx) - this.used) | 0;
         if (this.credits <= 0 && !this.armCreditWaiter()) return false;
       }
-      copyBytes(remote.seg8, remote.seg32, remote.base + rOff, local.seg8, local.seg32, local.offset + lOff, len);
+      if (local !== null) copyBytes(remote.seg8, remote.seg32, remote.base + rOff, local.seg8, local.seg32, local.offset + lOff, len);
       const pos = Atomics.add(t, L.CQ_TAIL, 1);
       const b = L.CQ_RING + ((pos & peer.mask) << 2);
       t[b + 1] = this.remoteQpn;
