@@ -7,6 +7,7 @@ import { Context as ConnectedContext, initWith, type InitOptions } from './rende
 import * as C from './collectives/index.js';
 import type { WaitOptions } from './util/deadline.js';
 import type { TypedArray } from './collectives/checks.js';
+import type { TypedArrayConstructor } from './transport/shared-arrays.js';
 
 /** Tag of the barrier inside close(): out of the way of user tags (they may use the whole range, rarely this one). */
 const CLOSE_TAG = 0xffffffff;
@@ -26,6 +27,21 @@ export class Context extends ConnectedContext implements C.Group {
       await C.barrier(this, { tag: CLOSE_TAG, timeoutMs: options.timeoutMs ?? 5000, signal: options.signal }).catch(() => {});
     }
     await super.close(options);
+  }
+
+  /**
+   * A zeroed typed array in memory registered with this rank's device. Collectives over such
+   * arrays can skip the staging rings: on shm, peers on this host read them in place (a large
+   * allreduce then moves each byte once). Pass them like any other array; they live until
+   * close(). Arrays in the JS heap keep working everywhere, through the rings.
+   *
+   * @example
+   * const grad = ctx.alloc(Float32Array, 1 << 24);   // 64 MiB
+   * grad.fill(ctx.rank);
+   * await ctx.allreduce(grad);                        // read in place by the other ranks
+   */
+  alloc<T extends TypedArray>(ctor: TypedArrayConstructor<T>, length: number): T {
+    return this.transport.shared.alloc(ctor, length);
   }
 
   /** @see allreduce in collectives/allreduce.ts */

@@ -46,6 +46,8 @@ export interface CollectivesBenchOptions {
   plot?: string | false;
   /** Per peer run, ms. */
   timeoutMs: number;
+  /** weft's arrays: from ctx.alloc (default) or the JS heap. */
+  buffers?: 'alloc' | 'heap';
 }
 
 export interface CollectivesBenchResult {
@@ -92,7 +94,7 @@ export async function runCollectivesBench(o: CollectivesBenchOptions): Promise<O
     for (const provider of providers) {
       for (const np of o.nps) {
         try {
-          raw.push(...(await runWeft({ np, provider, ops: o.ops, sizes: o.sizes, iters: o.iters, warmup: o.warmup, byteBudget: o.byteBudget, variants: o.variants }, progress)));
+          raw.push(...(await runWeft({ np, provider, ops: o.ops, sizes: o.sizes, iters: o.iters, warmup: o.warmup, byteBudget: o.byteBudget, variants: o.variants, buffers: o.buffers }, progress)));
         } catch (err) {
           const msg = `weft ${providerLabel(provider)} np=${np} (run ${run}): ${(err as Error).message}`;
           failures.push(msg);
@@ -234,8 +236,9 @@ export async function main(argv: string[] = process.argv): Promise<void> {
     .option('--plot <dir>', 'directory for the SVG plots (default: next to the results file)')
     .option('--no-plot', 'no SVG plots')
     .option('--timeout <ms>', 'per peer run', positiveInt, 600_000)
+    .addOption(new Option('--buffers <kind>', "weft's arrays: alloc (ctx.alloc, registered; peers on one host read them in place) or heap (new Float32Array)").choices(['alloc', 'heap']).default('alloc'))
     .parse(argv)
-    .opts<{ np: number[]; ops: CollectiveOp[]; sizes: number[]; providers?: string[]; peers?: PeerSystem[]; variants: Variant[]; iters: number; warmup: number; byteBudget: number; runs: number; json?: boolean; out?: string; plot: string | boolean; timeout: number }>();
+    .opts<{ np: number[]; ops: CollectiveOp[]; sizes: number[]; providers?: string[]; peers?: PeerSystem[]; variants: Variant[]; iters: number; warmup: number; byteBudget: number; runs: number; json?: boolean; out?: string; plot: string | boolean; timeout: number; buffers: 'alloc' | 'heap' }>();
   const providers = o.providers ?? defaultProviders();
   const res = await benchCollectives({
     nps: o.np,
@@ -252,6 +255,7 @@ export async function main(argv: string[] = process.argv): Promise<void> {
     out: o.out,
     plot: o.plot === false ? false : o.plot === true ? undefined : o.plot,
     timeoutMs: o.timeout,
+    buffers: o.buffers,
   });
   if (!res.rows.some((r) => r.system.startsWith('weft')) || res.failures.some((f) => f.startsWith('weft') && !f.includes('skipped'))) process.exitCode = 1;
 }

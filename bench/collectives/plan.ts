@@ -22,6 +22,8 @@ export interface RankPlan {
   provider: string;
   /** Per collective call; a hung peer fails the run instead of stalling it. */
   timeoutMs: number;
+  /** Where weft's arrays live: 'alloc' (ctx.alloc, registered; default) or 'heap' (new Float32Array). */
+  buffers?: 'alloc' | 'heap';
 }
 
 /** Rank 0 prints each row as this prefix and one JSON object on a line of its own. */

@@ -20,6 +20,15 @@ function value(rank: number, i: number): number {
   return (rank + 1) * ((i % 61) + 1);
 }
 
+/** Registered arrays live until close: reuse one per (length, role) across the ops. */
+const pool = new Map<string, Float32Array>();
+function allocated(ctx: Context, n: number, which: string): Float32Array {
+  const key = `${which}:${n}`;
+  let a = pool.get(key);
+  if (a === undefined) pool.set(key, (a = ctx.alloc(Float32Array, n)));
+  return a;
+}
+
 /** One (op, size): its buffers, the two ways to run it, and the check of its result. */
 interface Case {
   bytes: number;
@@ -31,11 +40,14 @@ interface Case {
   check(): string | undefined;
 }
 
-function makeCase(ctx: Context, op: CollectiveOp, requested: number, timeoutMs: number): Case {
+function makeCase(ctx: Context, op: CollectiveOp, requested: number, timeoutMs: number, buffers: 'alloc' | 'heap'): Case {
   const { rank, size } = ctx;
   const L = caseLayout(op, requested, size);
-  const input = new Float32Array(L.sendElems);
-  const output = new Float32Array(op === 'broadcast' ? 0 : L.recvElems);
+  // ctx.alloc: registered memory peers on this host read in place (what a tuned app uses, as
+  // nccl-tests uses device buffers); --buffers heap measures arrays in the JS heap.
+  const array = (n: number, which: string) => (buffers === 'alloc' && n > 0 ? allocated(ctx, n, which) : new Float32Array(n));
+  const input = array(L.sendElems, 'in');
+  const output = array(op === 'broadcast' ? 0 : L.recvElems, 'out');
   const tri = (size * (size + 1)) / 2;
   const expectAt = (data: Float32Array, want: (i: number) => number): string | undefined => {
     for (let i = 0; i < data.length; i++) if (data[i] !== want(i)) return `element ${i} is ${data[i]}, expected ${want(i)}`;
@@ -112,7 +124,7 @@ async function main(): Promise<void> {
   try {
     for (const op of plan.ops) {
       for (const requested of op === 'barrier' ? [0] : plan.sizes) {
-        const c = makeCase(ctx, op, requested, plan.timeoutMs);
+        const c = makeCase(ctx, op, requested, plan.timeoutMs, plan.buffers ?? 'alloc');
         const { iters, warmup: w } = iterationsFor(c.bytes, plan.iters, plan.warmup, plan.byteBudget);
         // JavaScript runs interpreted until V8 has seen a call path often enough to compile it,
         // and five calls are not enough: small sizes warm up longer than the C harnesses need
@@ -131,7 +143,7 @@ async function main(): Promise<void> {
           if (low >= 0) throw new Error(`rank ${rank}: allreduce(max) of ${iters} float64 timings returned ${maxed[low]} < own ${mine[low]} at ${low}`);
           if (rank !== 0) continue;
           const sorted = Array.from(maxed).sort((a, b) => a - b);
-          const row: CollectiveRow = { system: VARIANT_SYSTEM[variant], op, np: size, provider: plan.provider, bytes: c.bytes, iters, median_us: round3(median(sorted)), min_us: round3(sorted[0]), p90_us: round3(p90(sorted)), impl: c.impl[variant] };
+          const row: CollectiveRow = { system: VARIANT_SYSTEM[variant], op, np: size, provider: plan.provider, bytes: c.bytes, iters, median_us: round3(median(sorted)), min_us: round3(sorted[0]), p90_us: round3(p90(sorted)), impl: c.impl[variant] + ((plan.buffers ?? 'alloc') === 'alloc' ? ', arrays from ctx.alloc' : ', arrays in the JS heap') };
           process.stdout.write(ROW_PREFIX + JSON.stringify(row) + '\n');
         }
       }

@@ -8,6 +8,9 @@
  * - `board` (one host, shm provider, inputs up to 64 KiB): no messages at all; every rank
  *   publishes its bytes on its board and reduces its peers' boards in rank order, read in place
  *   through the shm mapping (transport/board.ts).
+ * - `shared` (one host, shm provider, inputs and outputs from `ctx.alloc`, above 64 KiB): every
+ *   rank reads its peers' arrays in place; no rings (allreduce-shared.ts). Tried first for
+ *   large untagged calls on shm; when some rank's arrays are in the JS heap, all take the ring.
  */
 import { WeftError } from '../errors.js';
 import { reduceMany } from '../reduce/index.js';
@@ -18,8 +21,9 @@ import { bytesOf, checkArray, checkLength, evenCounts, offsets, reduction, sameT
 import { Comm, copy, runAsync, runSync, type Algorithm, type CollectiveOptions, type Group, type Reduction } from './comm.js';
 import { signature } from '../transport/signature.js';
 import { ringAllgather, ringReduceScatter } from './ring.js';
+import { sharedAllreduce, sharedAllreduceSync, type SharedCall } from './allreduce-shared.js';
 
-export type AllreduceAlgorithm = 'auto' | 'board' | 'direct' | 'ring';
+export type AllreduceAlgorithm = 'auto' | 'board' | 'direct' | 'ring' | 'shared';
 
 export interface AllreduceOptions extends CollectiveOptions {
   /** Reduction (default 'sum'). */
@@ -41,6 +45,8 @@ interface Plan {
   out: TypedArray;
   /** Set when the call takes the board instead of messages. */
   board?: { board: Board; inB: Uint8Array; fold: BoardFold };
+  /** Set when the call tries the shared path first (alg is then the ring to fall back to). */
+  shared?: SharedCall;
 }
 
 /** What the checks of one call established, reused when the next call passes the same arrays and options. */
@@ -86,7 +92,14 @@ function plan(g: Group, input: TypedArray, options: AllreduceOptions, where: str
   if (g.size > 1 && board && (algorithm === 'board' || (algorithm === 'auto' && !options.tag && inB.byteLength <= Board.capacity && g.size <= 8))) {
     return { c, alg: undefined, out: output, board: { board, inB, fold: { op: red.op, dtype: red.dtype, count: input.length, out: outB } } };
   }
+  if (algorithm === 'shared' && (!board || g.size === 1 || options.tag)) {
+    throw new WeftError('EINVAL', `${where}: algorithm 'shared' needs the shm provider on one host, more than one rank and no tag`);
+  }
   let alg: Algorithm;
+  if (g.size > 1 && board && !options.tag && (algorithm === 'shared' || (algorithm === 'auto' && inB.byteLength > DIRECT_MAX_BYTES))) {
+    const shared: SharedCall = { c, board, inB, outB, red, count: input.length, forced: algorithm === 'shared' };
+    return { c, alg: ring(c, inB, outB, red, input.length), out: output, shared };
+  }
   if (g.size === 1) alg = single(inB, outB);
   else if (algorithm === 'direct' || (algorithm === 'auto' && inB.byteLength <= DIRECT_MAX_BYTES && g.size <= 8)) alg = direct(c, inB, outB, red, input.length);
   else alg = ring(c, inB, outB, red, input.length);
@@ -137,6 +150,8 @@ export async function allreduce<T extends TypedArray>(g: Group, input: T, option
   const p = plan(g, input, options, `rank ${g.rank}: allreduce`);
   if (p.board) {
     await p.board.board.exchangeAsync(p.board.inB, p.c.sig, p.c, p.board.fold);
+  } else if (p.shared && (await sharedAllreduce(p.shared))) {
+    // done in place
   } else {
     await runAsync(p.c, p.alg as Algorithm);
   }
@@ -148,6 +163,8 @@ export function allreduceSync<T extends TypedArray>(g: Group, input: T, options:
   const p = plan(g, input, options, `rank ${g.rank}: allreduceSync`);
   if (p.board) {
     p.board.board.exchangeSync(p.board.inB, p.c.sig, p.c, p.board.fold);
+  } else if (p.shared && sharedAllreduceSync(p.shared)) {
+    // done in place
   } else {
     runSync(p.c, p.alg as Algorithm);
   }

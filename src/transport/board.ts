@@ -65,6 +65,9 @@ export interface BoardFold {
   readonly out: Uint8Array;
 }
 
+/** Reads every rank's published bytes (rank order) before the board frees them. */
+export type BoardRead = (srcs: readonly Uint8Array[]) => void;
+
 /** The call on whose behalf the board waits: its deadline, and its name for errors (lazy). */
 export interface BoardCall {
   readonly deadline: Deadline;
@@ -104,10 +107,10 @@ export class Board {
 
   /**
    * One blocking board call: publishes `bytes`, waits for every rank's call with the same
-   * sequence number, folds their bytes in rank order into `fold.out` (allreduce; a barrier
+   * sequence number, folds their bytes in rank order into `fold.out` (allreduce) or hands them to `fold` (a function: the shared allreduce reads descriptors; a barrier
    * folds nothing), and tells the peers it is done reading.
    */
-  exchangeSync(bytes: Uint8Array, sig: number, call: BoardCall, fold?: BoardFold): void {
+  exchangeSync(bytes: Uint8Array, sig: number, call: BoardCall, fold?: BoardFold | BoardRead): void {
     if (this.pending > 0) throw new WeftError('EINVAL', `${call.what}: an async board call (allreduce or barrier) is still running on this context; await it before a blocking one`);
     const k = (this.seq = (this.seq + 1) | 0);
     this.waitSync(DONE, (k - 2) | 0, call);
@@ -117,7 +120,7 @@ export class Board {
   }
 
   /** exchangeSync for the Promise API: async calls run one at a time, in call order (they share the sequence). */
-  exchangeAsync(bytes: Uint8Array, sig: number, call: BoardCall, fold?: BoardFold): Promise<void> {
+  exchangeAsync(bytes: Uint8Array, sig: number, call: BoardCall, fold?: BoardFold | BoardRead): Promise<void> {
     this.pending++;
     const run = this.tail.then(async () => {
       const k = (this.seq = (this.seq + 1) | 0);
@@ -144,10 +147,14 @@ export class Board {
   }
 
   /** Every peer published call k: check and fold their bytes, then free our reading of them. */
-  private finish(k: number, sig: number, nbytes: number, fold: BoardFold | undefined): void {
+  private finish(k: number, sig: number, nbytes: number, fold: BoardFold | BoardRead | undefined): void {
     const srcs = this.views(k, sig, nbytes);
-    if (fold) reduceMany(fold.op, fold.dtype, fold.count, fold.out, srcs);
-    this.store(DONE, k);
+    try {
+      if (typeof fold === 'function') fold(srcs);
+      else if (fold) reduceMany(fold.op, fold.dtype, fold.count, fold.out, srcs);
+    } finally {
+      this.store(DONE, k);
+    }
   }
 
   /** Views of the last size used, per parity: steady loops allocate nothing. */

@@ -12,6 +12,7 @@ import { BOARD_BYTES, ringGeometry, type RingGeometry } from './layout.js';
 import { Board } from './board.js';
 import type { TransportOp } from './ops.js';
 import { Pair, type PairHost } from './pair.js';
+import { SharedArrays } from './shared-arrays.js';
 
 /** Ring shape; every rank of a job must use the same. */
 export interface TransportOptions {
@@ -59,6 +60,8 @@ export class Device implements PairHost {
   readonly boardOffset: number;
   /** Small intra-host collectives without messages (shm only; see board.ts). */
   board: Board | undefined;
+  /** Typed arrays in registered memory (`alloc`), and peers' ones read in place. */
+  readonly shared: SharedArrays;
   /** The error that aborted the job, if any: every later operation fails with it. */
   failure: WeftError | undefined;
   private readonly byQpn: (Pair | undefined)[] = [];
@@ -87,6 +90,7 @@ export class Device implements PairHost {
     this.stagedRings = nic.provider !== 'shm';
     this.staging = nic.allocate(this.stagedRings ? Math.max(64, size * this.geometry.ringBytes) : 64);
     this.pairs = new Array(size).fill(undefined);
+    this.shared = new SharedArrays({ label: nic.label, nic, queuePair: (r) => this.pairs[r]?.qp });
   }
 
   /** The inbox descriptor every peer needs (published with the QP addresses). */
@@ -158,14 +162,18 @@ export class Device implements PairHost {
   abort(err: WeftError): void {
     if (this.failure) return;
     this.failure = err;
-    for (const p of this.pairs) p?.sendAbort(unlabel(err.message, this.label));
+    // The code travels first, so a peer's calls fail with the same kind of error (a rank whose
+    // mismatched call a peer noticed first still gets EINVAL, not a bare ECLOSED).
+    for (const p of this.pairs) p?.sendAbort(`${err.code} ${unlabel(err.message, this.label)}`);
     for (const p of this.pairs) p?.fail(err);
     this.settleWaiters();
   }
 
-  peerAborted(peer: number, reason: string): void {
+  peerAborted(peer: number, text: string): void {
     if (this.failure) return;
-    const err = new WeftError('ECLOSED', `${this.label}: the job was aborted by rank ${peer}: ${reason}`);
+    const m = /^(EINVAL|ETIMEDOUT|EABORTED|EPEERDEAD|EPROTO|ETRANSPORT|EREMOTEACCESS) ([^]*)$/.exec(text);
+    const code = (m?.[1] ?? 'ECLOSED') as WeftError['code'];
+    const err = new WeftError(code, `${this.label}: the job was aborted by rank ${peer}: ${m ? m[2] : text}`);
     this.failure = err;
     for (const p of this.pairs) p?.fail(err);
     this.settleWaiters();

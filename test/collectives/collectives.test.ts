@@ -62,6 +62,14 @@ for (const provider of hasOfi ? ['shm', 'ofi'] : ['shm']) {
 }
 
 for (const n of [2, 3, 4, 5]) matrix('shm', n);
+
+for (const n of [2, 3, 4]) {
+  test(`allreduce over ctx.alloc arrays read in place (shared), ${n} ranks over shm; heap arrays on one rank fall back to the ring`, async () => {
+    const r = await run([WEFT, 'run', '-n', String(n), RANK, 'shared'], { WEFT_PROVIDER: 'shm' }, 300_000);
+    assert.is(r.code, 0, r.out.slice(-3000));
+    for (let k = 0; k < n; k++) assert.match(r.out, new RegExp(`ok rank ${k}: \\d+ checks`));
+  });
+}
 if (hasOfi) {
   for (const n of [2, 3]) matrix('ofi', n);
   for (const n of [4, 5]) matrix('ofi', n, soak ? undefined : 70_001);

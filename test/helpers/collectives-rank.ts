@@ -3,6 +3,7 @@
 //   matrix    every collective x dtypes x sizes, checked against a reference computed here
 //   mismatch  rank 1 passes a different length (or dtype, with argv[3] = 'dtype')
 //   kill      allreduce in a loop; the last rank SIGKILLs itself mid-way
+//   shared    allreduce over ctx.alloc arrays read in place (shm), mixed with heap arrays
 // Prints "ok rank R: N checks" at the end, or throws (exit code 1) naming the failed case.
 import { init, WeftError, UnboundBuffer, createSendBuffer, createRecvBuffer, type Context, type TypedArray } from '../../src/index.js';
 import type { ReduceOp } from '../../src/reduce/index.js';
@@ -288,7 +289,64 @@ async function transport(c: Context): Promise<void> {
   await c.barrier();
 }
 
-if (mode === 'transport') {
+/** A ctx.alloc array holding `data`. */
+function allocOf(c: Context, C: Ctor, data: TypedArray): TypedArray {
+  const a = c.alloc(C as never, data.length) as TypedArray;
+  (a as { set(d: TypedArray): void }).set(data);
+  return a;
+}
+
+async function shared(c: Context): Promise<void> {
+  for (const C of [Float32Array, Int32Array, Float64Array, BigInt64Array, Uint8Array] as Ctor[]) {
+    for (const n of [70_001, big]) {
+      // 'shared' forced never falls back to the ring: it fails unless every rank's arrays are shared.
+      for (const algorithm of ['auto', 'shared'] as const) {
+        const x = allocOf(c, C, gen(C, rank, n));
+        await c.allreduce(x, { algorithm });
+        same(`shared allreduce in place ${C.name} n=${n} ${algorithm}`, x, reference(C, n, 'sum'));
+        const input = allocOf(c, C, gen(C, rank, n));
+        const out = c.allreduceSync(input, { output: c.alloc(C as never, n) as TypedArray, algorithm });
+        same(`shared allreduceSync out of place ${C.name} n=${n} ${algorithm}`, out, reference(C, n, 'sum'));
+        same(`shared allreduceSync leaves its input alone ${C.name} n=${n}`, input, gen(C, rank, n));
+      }
+    }
+  }
+  for (const op of ['max', 'prod', 'bxor'] as ReduceOp[]) {
+    const x = allocOf(c, Int32Array, gen(Int32Array, rank, 70_001, op));
+    await c.allreduce(x, { op, algorithm: 'shared' });
+    same(`shared allreduce ${op}`, x, reference(Int32Array, 70_001, op));
+  }
+  // A view at an offset inside an allocation; the same arrays again (imported regions reused).
+  const whole = c.alloc(Float32Array, 100_000);
+  for (let k = 0; k < 3; k++) {
+    const view = whole.subarray(1000 + k, 1000 + k + 70_001);
+    view.set(gen(Float32Array, rank, 70_001, 'sum', k) as Float32Array);
+    c.allreduceSync(view, { algorithm: 'shared' });
+    same(`shared allreduce of a subarray, round ${k}`, view, reference(Float32Array, 70_001, 'sum', k));
+  }
+  // Rank 1 passes a heap array: 'auto' takes the ring on every rank; 'shared' fails on every rank.
+  const mixed = () => (rank === 1 ? gen(Float32Array, rank, 70_001) : allocOf(c, Float32Array, gen(Float32Array, rank, 70_001)));
+  const m = mixed();
+  await c.allreduce(m);
+  same('mixed heap and shared arrays (ring)', m, reference(Float32Array, 70_001, 'sum'));
+  try {
+    await c.allreduce(mixed(), { algorithm: 'shared' });
+    throw new Error(`rank ${rank}: forced 'shared' with a heap array on rank 1 did not fail`);
+  } catch (err) {
+    if (!(err instanceof WeftError) || err.code !== 'EINVAL' || !/rank 1's are not/.test(err.message)) throw err;
+    checks++;
+  }
+  // Still usable afterwards.
+  const after = allocOf(c, Float32Array, gen(Float32Array, rank, 70_001));
+  await c.allreduce(after);
+  same('shared allreduce after the refused call', after, reference(Float32Array, 70_001, 'sum'));
+}
+
+if (mode === 'shared') {
+  await shared(ctx);
+  console.log(`ok rank ${rank}: ${checks} checks`);
+  await ctx.close();
+} else if (mode === 'transport') {
   await transport(ctx);
   console.log(`ok rank ${rank}: ${checks} checks`);
   await ctx.close();

@@ -1,0 +1,128 @@
+/**
+ * allreduce over arrays from `ctx.alloc` on one host (shm): every rank reads its peers'
+ * arrays in place, through the mapping, so each byte crosses memory once instead of going
+ * through a ring (copy in, copy out).
+ *
+ *   1. board call: every rank publishes where its input and output live (a descriptor and
+ *      offset each). This also says its input is ready. If any rank's arrays are not shared,
+ *      all ranks see it and take the ring instead (or fail, when 'shared' was forced).
+ *   2. rank r reduces chunk r of every rank's input straight into its own output.
+ *   3. board call (everyone's chunk is reduced), then rank r copies chunk q of rank q's output
+ *      into its own, for every q.
+ *   4. board call: nobody reads anyone's arrays any more; the caller may touch them again.
+ *
+ * Per rank at np=2 this reads 1.5x and writes 1x the array, where the ring reads 2.5x and
+ * writes 2x. Each chunk is computed by one rank, so every rank gets bit-identical results.
+ */
+import { WeftError } from '../errors.js';
+import { reduceMany } from '../reduce/index.js';
+import type { Board } from '../transport/board.js';
+import { SHARED_RECORD_BYTES, SharedArrays } from '../transport/shared-arrays.js';
+import { copyInto } from '../util/copy.js';
+import { evenCounts, offsets } from './checks.js';
+import type { Comm, Reduction } from './comm.js';
+
+const EMPTY = new Uint8Array(0);
+
+/** What step 1 established: the peers' arrays, or why the ring must be used. */
+interface Exchange {
+  ins: Uint8Array[];
+  outs: Uint8Array[];
+  /** The first rank whose arrays are not shared, or -1. */
+  unshared: number;
+}
+
+export interface SharedCall {
+  readonly c: Comm;
+  readonly board: Board;
+  readonly inB: Uint8Array;
+  readonly outB: Uint8Array;
+  readonly red: Reduction;
+  readonly count: number;
+  /** 'shared' was asked for: arrays that are not shared are an error, not a fallback. */
+  readonly forced: boolean;
+}
+
+function record(call: SharedCall): Uint8Array {
+  const shared = call.c.device.shared;
+  const rec = new Uint8Array(2 * SHARED_RECORD_BYTES);
+  shared.record(call.inB, rec, 0);
+  shared.record(call.outB, rec, SHARED_RECORD_BYTES);
+  return rec;
+}
+
+function reader(call: SharedCall, x: Exchange): (srcs: readonly Uint8Array[]) => void {
+  return (srcs) => {
+    const { c, inB } = call;
+    for (let r = 0; r < srcs.length; r++) {
+      const rec = srcs[r];
+      if (x.unshared < 0 && !(SharedArrays.isShared(rec, 0) && SharedArrays.isShared(rec, SHARED_RECORD_BYTES))) x.unshared = r;
+    }
+    for (let r = 0; r < srcs.length; r++) {
+      const rec = srcs[r];
+      if (!SharedArrays.isShared(rec, 0)) continue;
+      const theirs = SharedArrays.byteLength(rec, 0);
+      if (theirs !== inB.byteLength) throw new WeftError('EINVAL', `${c.what}: rank ${r} passed ${theirs} bytes where this rank passed ${inB.byteLength}; every rank must pass arrays of matching lengths (and dtypes)`);
+    }
+    if (x.unshared >= 0) {
+      if (call.forced) throw new WeftError('EINVAL', `${c.what}: algorithm 'shared' needs every rank's input and output from ctx.alloc(), but rank ${x.unshared}'s are not; allocate them with ctx.alloc(Float32Array, n) (or let algorithm 'auto' choose)`);
+      return;
+    }
+    const shared = c.device.shared;
+    for (let r = 0; r < srcs.length; r++) {
+      if (r === c.rank) continue;
+      x.ins[r] = shared.peerView(r, srcs[r], 0);
+      x.outs[r] = shared.peerView(r, srcs[r], SHARED_RECORD_BYTES);
+    }
+  };
+}
+
+/** Step 2 and the copy of step 3 (the board calls are the caller's: sync or async). */
+function reduceMine(call: SharedCall, x: Exchange, off: number[]): void {
+  const { c, inB, outB, red } = call;
+  const lo = off[c.rank] * red.elementBytes;
+  const hi = off[c.rank + 1] * red.elementBytes;
+  if (hi === lo) return;
+  // This rank's own chunk first: in place, the output chunk is that source (reduceMany allows it).
+  const srcs: Uint8Array[] = [inB.subarray(lo, hi)];
+  for (let r = 0; r < c.size; r++) if (r !== c.rank) srcs.push(x.ins[r].subarray(lo, hi));
+  reduceMany(red.op, red.dtype, off[c.rank + 1] - off[c.rank], outB.subarray(lo, hi), srcs);
+}
+
+function gatherTheirs(call: SharedCall, x: Exchange, off: number[]): void {
+  const { c, outB, red } = call;
+  for (let r = 0; r < c.size; r++) {
+    if (r === c.rank) continue;
+    const lo = off[r] * red.elementBytes;
+    const hi = off[r + 1] * red.elementBytes;
+    if (hi > lo) copyInto(outB, lo, x.outs[r], lo, hi - lo);
+  }
+}
+
+/** Blocking shared allreduce; false when some rank's arrays are not shared (use the ring). */
+export function sharedAllreduceSync(call: SharedCall): boolean {
+  const { c, board } = call;
+  const x: Exchange = { ins: new Array(c.size), outs: new Array(c.size), unshared: -1 };
+  board.exchangeSync(record(call), c.sig, c, reader(call, x));
+  if (x.unshared >= 0) return false;
+  const off = offsets(evenCounts(call.count, c.size));
+  reduceMine(call, x, off);
+  board.exchangeSync(EMPTY, c.sig, c);
+  gatherTheirs(call, x, off);
+  board.exchangeSync(EMPTY, c.sig, c);
+  return true;
+}
+
+/** Promise form of sharedAllreduceSync. */
+export async function sharedAllreduce(call: SharedCall): Promise<boolean> {
+  const { c, board } = call;
+  const x: Exchange = { ins: new Array(c.size), outs: new Array(c.size), unshared: -1 };
+  await board.exchangeAsync(record(call), c.sig, c, reader(call, x));
+  if (x.unshared >= 0) return false;
+  const off = offsets(evenCounts(call.count, c.size));
+  reduceMine(call, x, off);
+  await board.exchangeAsync(EMPTY, c.sig, c);
+  gatherTheirs(call, x, off);
+  await board.exchangeAsync(EMPTY, c.sig, c);
+  return true;
+}
