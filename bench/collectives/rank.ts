@@ -121,10 +121,11 @@ async function main(): Promise<void> {
   const plan = JSON.parse(process.argv[2] ?? '') as RankPlan;
   const ctx = await init({ timeoutMs: 60_000 });
   const { rank, size } = ctx;
+  const buffers = plan.buffers ?? 'alloc';
   try {
     for (const op of plan.ops) {
       for (const requested of op === 'barrier' ? [0] : plan.sizes) {
-        const c = makeCase(ctx, op, requested, plan.timeoutMs, plan.buffers ?? 'alloc');
+        const c = makeCase(ctx, op, requested, plan.timeoutMs, buffers);
         const { iters, warmup: w } = iterationsFor(c.bytes, plan.iters, plan.warmup, plan.byteBudget);
         // JavaScript runs interpreted until V8 has seen a call path often enough to compile it,
         // and five calls are not enough: small sizes warm up longer than the C harnesses need
@@ -143,7 +144,7 @@ async function main(): Promise<void> {
           if (low >= 0) throw new Error(`rank ${rank}: allreduce(max) of ${iters} float64 timings returned ${maxed[low]} < own ${mine[low]} at ${low}`);
           if (rank !== 0) continue;
           const sorted = Array.from(maxed).sort((a, b) => a - b);
-          const row: CollectiveRow = { system: VARIANT_SYSTEM[variant], op, np: size, provider: plan.provider, bytes: c.bytes, iters, median_us: round3(median(sorted)), min_us: round3(sorted[0]), p90_us: round3(p90(sorted)), impl: c.impl[variant] + ((plan.buffers ?? 'alloc') === 'alloc' ? ', arrays from ctx.alloc' : ', arrays in the JS heap') };
+          const row: CollectiveRow = { system: VARIANT_SYSTEM[variant], op, np: size, provider: plan.provider, bytes: c.bytes, iters, median_us: round3(median(sorted)), min_us: round3(sorted[0]), p90_us: round3(p90(sorted)), impl: c.impl[variant] + (buffers === 'alloc' ? ', arrays from ctx.alloc' : ', arrays in the JS heap') };
           process.stdout.write(ROW_PREFIX + JSON.stringify(row) + '\n');
         }
       }

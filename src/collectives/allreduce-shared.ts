@@ -56,11 +56,11 @@ function reader(call: SharedCall, x: Exchange): (srcs: readonly Uint8Array[]) =>
     const { c, inB } = call;
     for (let r = 0; r < srcs.length; r++) {
       const rec = srcs[r];
-      if (x.unshared < 0 && !(SharedArrays.isShared(rec, 0) && SharedArrays.isShared(rec, SHARED_RECORD_BYTES))) x.unshared = r;
-    }
-    for (let r = 0; r < srcs.length; r++) {
-      const rec = srcs[r];
-      if (!SharedArrays.isShared(rec, 0)) continue;
+      if (!SharedArrays.isShared(rec, 0)) {
+        if (x.unshared < 0) x.unshared = r;
+        continue;
+      }
+      if (x.unshared < 0 && !SharedArrays.isShared(rec, SHARED_RECORD_BYTES)) x.unshared = r;
       const theirs = SharedArrays.byteLength(rec, 0);
       if (theirs !== inB.byteLength) throw new WeftError('EINVAL', `${c.what}: rank ${r} passed ${theirs} bytes where this rank passed ${inB.byteLength}; every rank must pass arrays of matching lengths (and dtypes)`);
     }

@@ -107,8 +107,9 @@ export class Board {
 
   /**
    * One blocking board call: publishes `bytes`, waits for every rank's call with the same
-   * sequence number, folds their bytes in rank order into `fold.out` (allreduce) or hands them to `fold` (a function: the shared allreduce reads descriptors; a barrier
-   * folds nothing), and tells the peers it is done reading.
+   * sequence number, folds their bytes in rank order into `fold.out` (allreduce) or hands
+   * them to `fold` when it is a function (the shared allreduce reads descriptors; a barrier
+   * passes nothing), and tells the peers it is done reading.
    */
   exchangeSync(bytes: Uint8Array, sig: number, call: BoardCall, fold?: BoardFold | BoardRead): void {
     if (this.pending > 0) throw new WeftError('EINVAL', `${call.what}: an async board call (allreduce or barrier) is still running on this context; await it before a blocking one`);

@@ -55,11 +55,6 @@ export class SharedArrays {
     return array;
   }
 
-  /** True when `view` lies in memory from alloc. */
-  has(view: Uint8Array): boolean {
-    return this.owned.has(view.buffer);
-  }
-
   /**
    * Writes `view`'s record at `out[at..at + SHARED_RECORD_BYTES)`: flag 1, offset in its
    * region, byte length, descriptor length, descriptor. Flag 0 when the view is not shared.

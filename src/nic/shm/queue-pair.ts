@@ -128,13 +128,8 @@ export class ShmQueuePair extends QueuePairBase implements QueuePair {
   protected post(op: number, local: MemoryRegion, lOff: number, remote: RemoteRegion, rOff: number, len: number, imm: number, wrId: number, signaled: boolean): void {
     // Bad arguments are the caller's bug: throw before anything moves.
     if (!(local instanceof ShmMemoryRegion) || local.deregistered || local.owner.ctl !== this.host.ctl) this.badArg(op, 'local must be a registered MemoryRegion of this device');
-    if (!(remote instanceof ShmRemoteRegion) || remote.peer !== this.peer) this.badArg(op, 'remote must come from importRegion on this QP');
+    this.checkRemote(op, remote);
     this.checkRanges(op, local.byteLength, lOff, len, rOff);
-    if (this.state !== 'ready') {
-      if (this.state === 'init') throw new WeftError('EINVAL', `${this.host.label}: ${OP_NAMES[op]} toward ${this.peerLabel} before connect`);
-      this.host.local.push(this.qpn, op, this.errorStatus, 0, wrId >>> 0, this.opError(op, wrId));
-      return;
-    }
     this.submit(op, local, lOff, remote, rOff, len, imm, wrId, signaled);
   }
 
@@ -146,17 +141,22 @@ export class ShmQueuePair extends QueuePairBase implements QueuePair {
    */
   postWriteImmInPlace(remote: RemoteRegion, rOff: number, len: number, imm: number, wrId: number, signaled: boolean): void {
     const op = Opcode.WRITE_IMM;
-    if (!(remote instanceof ShmRemoteRegion) || remote.peer !== this.peer) this.badArg(op, 'remote must come from importRegion on this QP');
+    this.checkRemote(op, remote);
     this.checkRanges(op, len, 0, len, rOff);
+    this.submit(op, null, 0, remote, rOff, len, imm, wrId, signaled);
+  }
+
+  private checkRemote(op: number, remote: RemoteRegion): asserts remote is ShmRemoteRegion {
+    if (!(remote instanceof ShmRemoteRegion) || remote.peer !== this.peer) this.badArg(op, 'remote must come from importRegion on this QP');
+  }
+
+  /** Runs the checked operation now, queues it behind others, or fails it when the QP is not ready. */
+  private submit(op: number, local: ShmMemoryRegion | null, lOff: number, remote: ShmRemoteRegion, rOff: number, len: number, imm: number, wrId: number, signaled: boolean): void {
     if (this.state !== 'ready') {
       if (this.state === 'init') throw new WeftError('EINVAL', `${this.host.label}: ${OP_NAMES[op]} toward ${this.peerLabel} before connect`);
       this.host.local.push(this.qpn, op, this.errorStatus, 0, wrId >>> 0, this.opError(op, wrId));
       return;
     }
-    this.submit(op, null, 0, remote, rOff, len, imm, wrId, signaled);
-  }
-
-  private submit(op: number, local: ShmMemoryRegion | null, lOff: number, remote: ShmRemoteRegion, rOff: number, len: number, imm: number, wrId: number, signaled: boolean): void {
     if (this.sq.length === 0 && this.run(op, local, lOff, remote, rOff, len, imm, wrId, signaled)) return;
     this.sq.push({ op, local, lOff, remote, rOff, len, imm, wrId, signaled, at: performance.now() });
     this.host.queued(this);
