@@ -8,7 +8,7 @@ import { fork, type ChildProcess } from 'node:child_process';
 import { createDevice, type Device, type MemoryRegion, type QueuePair, type RemoteRegion, type DeviceOptions } from '../nic/index.js';
 
 
-type Msg = { type: 'addr'; rank: number; addrs: Record<number, string>; descs: string[] } | { type: 'result'; rank: number; result: unknown } | { type: 'event'; rank: number; event: string; data?: unknown } | { type: 'error'; rank: number; message: string };
+type Msg = { type: 'addr'; rank: number; addrs: Record<number, string>; descs: string[] } | { type: 'connected'; rank: number } | { type: 'result'; rank: number; result: unknown } | { type: 'event'; rank: number; event: string; data?: unknown } | { type: 'error'; rank: number; message: string };
 
 export interface ScenarioRun {
   results: unknown[];
@@ -58,6 +58,7 @@ export function runScenario(scenario: string, opts: RunOptions): Promise<Scenari
       });
     };
     const timer = setTimeout(() => finish(new Error(`scenario ${scenario} (${opts.provider}) timed out after ${timeoutMs} ms; results so far: ${JSON.stringify(results)}; stderr: ${stderr.join(' | ')}`)), timeoutMs);
+    let connected = 0;
     const maybeDone = () => {
       if (done === n) finish();
     };
@@ -74,6 +75,8 @@ export function runScenario(scenario: string, opts: RunOptions): Promise<Scenari
         if (m.type === 'addr') {
           addrs.push(m);
           if (addrs.length === n) for (const c of children) c.send({ type: 'peers', table: addrs });
+        } else if (m.type === 'connected') {
+          if (++connected === n) for (const c of children) c.send({ type: 'all-connected' });
         } else if (m.type === 'result') {
           results[m.rank] = m.result;
           done++;
@@ -154,6 +157,17 @@ export async function joinMesh(rank: number, n: number, provider: string, sizes:
     remoteDescs.push(descs);
     remotes.push(descs.map((d) => qp.importRegion(d)));
   }
+  // Return only once every rank has mapped every peer: a rank that dies right after (a test
+  // that kills it) must not take its segments from a peer still connecting.
+  await new Promise<void>((resolve) => {
+    const onMsg = (m: { type: string }) => {
+      if (m.type !== 'all-connected') return;
+      process.off('message', onMsg);
+      resolve();
+    };
+    process.on('message', onMsg);
+    process.send!({ type: 'connected', rank });
+  });
   const qpnToRank = new Map<number, number>();
   qps.forEach((qp, p) => qp && qpnToRank.set(qp.qpn, p));
   return { device, rank, n, mrs, qps, remotes, remoteDescs, qpOf: (qpn) => qpnToRank.get(qpn) ?? -1 };
