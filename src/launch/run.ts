@@ -12,6 +12,7 @@ import { createInterface } from 'node:readline';
 import path from 'node:path';
 import { WeftError } from '../errors.js';
 import { native } from '../native/binding.js';
+import { sweepProcessSegments } from '../nic/index.js';
 import { TcpStoreServer } from '../rendezvous/tcp-server.js';
 
 export interface LaunchOptions {
@@ -104,6 +105,8 @@ export async function launch(o: LaunchOptions): Promise<number> {
       });
       child.on('exit', (code, signal) => {
         exits[local] = { code, signal };
+        // A rank that was killed cannot remove its shared memory; its launcher can.
+        if (signal && child.pid) sweepProcessSegments(child.pid);
         if ((code !== 0 || signal) && !stopping) {
           failure ??= `rank ${rank} ${signal ? `was killed by ${signal}` : `exited with status ${code}`}`;
           stopAll('SIGTERM');

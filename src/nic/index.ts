@@ -16,9 +16,12 @@ import { WeftError } from '../errors.js';
 import { native } from '../native/binding.js';
 import { ShmDevice, type ShmDeviceOptions } from './shm/device.js';
 import type { Device, DeviceOptions } from './types.js';
+import { sweepDeadSegments } from './shm/segments.js';
+import { sweepFabricSegments } from './ofi/segments.js';
 
 export * from './types.js';
 export { sweepDeadSegments, listSegments, parseSegmentName } from './shm/segments.js';
+export { listFabricSegments, sweepFabricSegments } from './ofi/segments.js';
 export { localIdentity, isPeerAlive, type ProcessIdentity } from './identity.js';
 
 /** libfabric provider names for weft's short names. */
@@ -52,4 +55,15 @@ export async function createDevice(options: DeviceOptions & ShmDeviceOptions = {
   const ofiModule = './ofi/device.js';
   const { createOfiDevice } = (await import(ofiModule)) as { createOfiDevice(o: DeviceOptions & { fabricProvider: string }): Device };
   return createOfiDevice({ ...options, fabricProvider: p.fabric });
+}
+
+/**
+ * Removes what a dead process left in /dev/shm: its weft segments and its libfabric shm
+ * regions. For a parent that saw its child die (a SIGKILLed rank cannot clean up after itself).
+ *
+ * @example
+ * child.on('exit', () => sweepProcessSegments(child.pid!));
+ */
+export function sweepProcessSegments(pid: number): string[] {
+  return [...sweepDeadSegments(pid), ...sweepFabricSegments(pid)];
 }

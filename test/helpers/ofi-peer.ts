@@ -119,6 +119,9 @@ async function main(): Promise<void> {
       dev.cq.poll(batch);
       if ((spin & 255) !== 0) continue;
       if (inbox.length) {
+        // 'stop' stays in the inbox for the next() below (taking it here left that waiting for
+        // a message that never came, until the parent's SIGKILL).
+        if (inbox[0].type === 'stop') break;
         const m = inbox.shift()!;
         if (m.type === 'check') send({ type: 'checked', untouched: mr.bytes.every((b) => b === 0x5a) && mr2.bytes.every((b) => b === 0x5a), head: hex(mr.bytes.subarray(0, 16)) });
         else if (m.type === 'dereg2') {
@@ -127,7 +130,7 @@ async function main(): Promise<void> {
         } else if (m.type === 'set') {
           mr.bytes.fill(0x5a);
           send({ type: 'done' });
-        } else break;
+        } else throw new Error(`target: unexpected message '${m.type}'`);
       }
       await new Promise((r) => setImmediate(r));
     }

@@ -10,7 +10,7 @@ import path from 'node:path';
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 import { native } from '../../src/native/binding.js';
-import { createDevice, CompletionBatch, Opcode, Status, statusName, type Device, type MemoryRegion, type QueuePair, type RemoteRegion } from '../../src/nic/index.js';
+import { createDevice, sweepProcessSegments, CompletionBatch, Opcode, Status, statusName, type Device, type MemoryRegion, type QueuePair, type RemoteRegion } from '../../src/nic/index.js';
 import { DESCRIPTOR_KEY_OFFSET } from '../../src/nic/ofi/wire.js';
 import { prng, randomPool } from '../helpers/mesh.js';
 
@@ -41,7 +41,11 @@ async function pair(provider: string, role: string, opts: Record<string, number>
     inbox.push(m);
     wake?.();
   });
-  child.on('exit', () => wake?.());
+  child.on('exit', () => {
+    // A peer killed with SIGKILL (the dead-peer test) cannot unlink its libfabric shm region.
+    sweepProcessSegments(child.pid!);
+    wake?.();
+  });
   const next = async (type: string, timeoutMs = 60_000): Promise<Record<string, unknown>> => {
     const until = Date.now() + timeoutMs;
     for (;;) {
