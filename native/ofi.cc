@@ -546,10 +546,16 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
     return Napi::String::New(info.Env(), fi_strerror(code < 0 ? -code : code));
   }
 
-  // No fi_trywait before sleeping: on 1.17 tcp;ofi_rxm it stalled incoming RMA (credit
-  // writes did not land for seconds although the target kept reading its CQ). The JS side
-  // reads the CQ right before sleeping and sleeps at most 100 ms, so a missed wake costs
-  // at most that slice.
+  // The CQ's wait fd is an epoll set holding a signal socket that libfabric sets on every
+  // completion and resets only in fi_trywait: without it the fd stays readable after the first
+  // completion and every "sleep" returns at once (a waiting rank burned its core, and with more
+  // ranks than cores the others waited for the scheduler tick). fi_trywait also says whether
+  // the provider has work to progress first (-FI_EAGAIN: poll the CQ again, do not block).
+  bool MayBlock() {
+    fid* f = &cq_->fid;
+    return fi_trywait(fabric_, &f, 1) == FI_SUCCESS;
+  }
+
   // waitSync(timeoutMs): blocks until the CQ may have entries (true) or the timeout (false).
   Napi::Value WaitSync(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
@@ -557,6 +563,7 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
     double ms = info[0].As<Napi::Number>().DoubleValue();
     int timeout = ms < 0 ? 0 : (ms > 1e9 ? 1000000000 : static_cast<int>(ms));
     if (waitFd_ >= 0) {
+      if (!MayBlock()) return Napi::Boolean::New(env, true);
       pollfd p = {waitFd_, POLLIN, 0};
       return Napi::Boolean::New(env, ::poll(&p, 1, timeout) > 0);
     }
@@ -586,6 +593,11 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
       timer_ = new uv_timer_t;
       uv_timer_init(loop, timer_);
       timer_->data = this;
+    }
+    if (!MayBlock()) {
+      // Work is ready now: settle on the next loop turn, as a readable fd would.
+      uv_timer_start(timer_, [](uv_timer_t* h) { static_cast<Endpoint*>(h->data)->StopWait(true); }, 0, 0);
+      return Napi::Value(env, promise);
     }
     uv_poll_start(poll_, UV_READABLE, [](uv_poll_t* h, int, int) { static_cast<Endpoint*>(h->data)->StopWait(true); });
     uint64_t t = ms < 0 ? 0 : static_cast<uint64_t>(ms);

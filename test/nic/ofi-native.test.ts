@@ -197,6 +197,34 @@ for (const [provider, fabric] of providers) {
     }
   });
 
+  test('an idle wait sleeps once completions have come (no busy loop on a signalled wait fd)', async () => {
+    const p = await pair(provider, 'target');
+    try {
+      // A completion first: libfabric's CQ signal stays set until fi_trywait resets it.
+      p.qp.postWrite(p.mr, 0, p.remote, 0, 64, 1, true);
+      let done = false;
+      await pump(p.dev, (i) => (mustSucceed(i), (done = true)), () => done);
+      const code = (f: () => void) => {
+        try {
+          f();
+        } catch (err) {
+          return (err as { code?: string }).code;
+        }
+        return 'no error';
+      };
+      const c0 = process.cpuUsage();
+      const t0 = performance.now();
+      assert.is(code(() => p.dev.cq.waitSync({ timeoutMs: 400 })), 'ETIMEDOUT');
+      const wall = (performance.now() - t0) * 1000;
+      const cpu = process.cpuUsage(c0);
+      // A sleeping wait uses a few percent of one core; a spinning one all of it (or whatever the
+      // scheduler leaves it). Half is far from both.
+      assert.ok(cpu.user + cpu.system < wall / 2, `waitSync used ${((cpu.user + cpu.system) / 1000).toFixed(0)} ms of CPU in ${(wall / 1000).toFixed(0)} ms`);
+    } finally {
+      await p.stop();
+    }
+  });
+
   test('READ returns the peer\'s bytes (after a WRITE, in post order)', async () => {
     const p = await pair(provider, 'target');
     try {

@@ -8,6 +8,7 @@
  * short slices (shm has no fd), waking at least every 100 ms to check peers and timeouts.
  */
 import { WeftError } from '../../errors.js';
+import { native } from '../../native/binding.js';
 import { Deadline, type WaitOptions } from '../../util/deadline.js';
 import { CompletionBatch, Opcode, Status, type CompletionQueue } from '../types.js';
 import type { OfiDevice } from './device.js';
@@ -15,6 +16,11 @@ import * as L from './layout.js';
 
 const SPIN_US = 50;
 const YIELD_US = 2000;
+/**
+ * With more processes than cores, poll between yields this long before sleeping: a yield hands
+ * the core straight to a rank that needs it, a sleep costs a wake-up through the scheduler.
+ */
+const OVERSUBSCRIBED_YIELD_US = 20_000;
 const SLEEP_SLICE_MS = 100;
 
 export class OfiCompletionQueue implements CompletionQueue {
@@ -131,10 +137,14 @@ export class OfiCompletionQueue implements CompletionQueue {
     if (this.ready()) return;
     const deadline = new Deadline(options.timeoutMs, options.signal);
     if (this.spin()) return;
-    const yieldUntil = performance.now() + YIELD_US / 1000;
+    const yieldUntil = performance.now() + (dev.oversubscribed ? OVERSUBSCRIBED_YIELD_US : YIELD_US) / 1000;
     while (performance.now() < yieldUntil) {
       await new Promise<void>((r) => setImmediate(r));
       if (this.ready()) return;
+      if (dev.oversubscribed) {
+        native.yieldThread();
+        if (this.ready()) return;
+      }
       deadline.check(what);
     }
     dev.publishAll();
@@ -157,6 +167,14 @@ export class OfiCompletionQueue implements CompletionQueue {
     if (this.ready()) return;
     const deadline = new Deadline(options.timeoutMs, options.signal);
     if (this.spin()) return;
+    if (this.dev.oversubscribed) {
+      const yieldUntil = performance.now() + OVERSUBSCRIBED_YIELD_US / 1000;
+      while (performance.now() < yieldUntil) {
+        native.yieldThread();
+        if (this.ready()) return;
+      }
+      deadline.check(what);
+    }
     this.dev.publishAll();
     for (;;) {
       deadline.check(what);
@@ -166,7 +184,7 @@ export class OfiCompletionQueue implements CompletionQueue {
   }
 
   private spin(): boolean {
-    const until = performance.now() + SPIN_US / 1000;
+    const until = performance.now() + (this.dev.oversubscribed ? SPIN_US / 10 : SPIN_US) / 1000;
     for (let i = 1; ; i++) {
       if (this.ready()) return true;
       if ((i & 15) === 0 && performance.now() > until) return false;

@@ -15,6 +15,7 @@
  *   most one QP per peer device; untested here).
  * - RMA has no receiver-not-ready: credits are software (queue-pair.ts).
  */
+import { availableParallelism } from 'node:os';
 import { randomInt } from 'node:crypto';
 import { WeftError } from '../../errors.js';
 import { native, type OfiEndpoint } from '../../native/binding.js';
@@ -60,6 +61,11 @@ export class OfiDevice implements Device, QpHost {
   readonly outWords: Uint32Array;
   readonly outCapacity = OUT_CAPACITY;
   readonly qps: (OfiQueuePair | undefined)[] = new Array(L.MAX_QPS).fill(undefined);
+  /**
+   * More processes on this host than cores, as the launcher says (weft run, torchrun, Open MPI
+   * set the local world size): a waiter then hands its core over instead of spinning on it.
+   */
+  readonly oversubscribed = localWorldSize() > availableParallelism();
   private nextQpn = 0;
   private nextGen = 1;
   private readonly freeSlots: number[] = [];
@@ -281,4 +287,10 @@ export class OfiDevice implements Device, QpHost {
 /** Creates an ofi device on libfabric provider `fabricProvider` (e.g. 'tcp;ofi_rxm', 'shm'). */
 export function createOfiDevice(options: DeviceOptions & { fabricProvider: string }): Device {
   return new OfiDevice(options);
+}
+
+/** Processes of this job on this host, from the launcher's environment (1 when unknown). */
+function localWorldSize(env: NodeJS.ProcessEnv = process.env): number {
+  const n = Number(env.WEFT_LOCAL_WORLD_SIZE ?? env.LOCAL_WORLD_SIZE ?? env.OMPI_COMM_WORLD_LOCAL_SIZE);
+  return Number.isInteger(n) && n > 0 ? n : 1;
 }
