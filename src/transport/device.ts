@@ -5,7 +5,9 @@
  * `waitSync` busy-polls (then sleeps) the calling thread; `waitAsync` shares one progress loop
  * among every pending promise, so concurrent waiters never starve each other.
  */
+import { availableParallelism } from 'node:os';
 import { WeftError } from '../errors.js';
+import { native } from '../native/binding.js';
 import { Deadline } from '../util/deadline.js';
 import { CompletionBatch, Opcode, Status, statusName, type Device as NicDevice, type MemoryRegion, type QueuePair } from '../nic/types.js';
 import { BOARD_BYTES, ringGeometry, type RingGeometry } from './layout.js';
@@ -51,6 +53,8 @@ interface Waiter {
 
 export class Device implements PairHost {
   readonly geometry: RingGeometry;
+  /** More ranks than this host's cores (as the board judges it): spinning waits yield. */
+  readonly oversubscribed: boolean;
   readonly inbox: MemoryRegion;
   readonly staging: MemoryRegion;
   readonly stagedRings: boolean;
@@ -81,6 +85,7 @@ export class Device implements PairHost {
     if (!Number.isInteger(chunk) || chunk < 64 || chunk % 64 !== 0 || chunk > 2 ** 26) throw new WeftError('EINVAL', `transport: chunkBytes must be a multiple of 64 between 64 and 64 MiB, got ${chunk}`);
     if (!Number.isInteger(slots) || slots < 1 || slots > 1024) throw new WeftError('EINVAL', `transport: slots must be an integer in [1, 1024], got ${slots}`);
     this.geometry = ringGeometry(chunk, slots);
+    this.oversubscribed = size > availableParallelism();
     this.label = nic.label;
     // On shm the inbox also holds this rank's board, which peers read directly.
     this.boardOffset = size * this.geometry.ringBytes;
@@ -210,6 +215,8 @@ export class Device implements PairHost {
   pollFor(ops: readonly TransportOp[], ms: number): boolean {
     const until = performance.now() + ms;
     for (let i = 0; ; i++) {
+      // More ranks than cores: the peer we wait for may need this core.
+      if (i > 0 && this.oversubscribed) native.yieldThread();
       this.progress();
       let all = true;
       for (let j = 0; j < ops.length; j++) {
@@ -265,7 +272,10 @@ export class Device implements PairHost {
           continue;
         }
         const until = now + SPIN_MS;
-        while (n === 0 && (now = performance.now()) < until) n = this.progress();
+        while (n === 0 && (now = performance.now()) < until) {
+          if (this.oversubscribed) native.yieldThread();
+          n = this.progress();
+        }
         if (n > 0) continue;
         let slice = 20;
         for (const w of this.waiters) slice = Math.min(slice, w.deadline.remaining());
