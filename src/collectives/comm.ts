@@ -80,6 +80,7 @@ export class Comm {
 
   send(to: number, bytes: Uint8Array): SendOp {
     const op = new SendOp(to, this.slot, bytes, this.sig, 0, 0);
+    op.allowZeroCopy = true;
     this.device.pair(to).send(op);
     return op;
   }

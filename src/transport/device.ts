@@ -174,6 +174,11 @@ export class Device implements PairHost {
     this.settleWaiters();
   }
 
+  /** Registered memory under `view` (ofi sends write from there instead of staging a copy). */
+  locate(view: Uint8Array): { mr: MemoryRegion; offset: number } | undefined {
+    return this.stagedRings ? this.shared.locate(view) : undefined;
+  }
+
   peerAborted(peer: number, text: string): void {
     if (this.failure) return;
     const m = /^(EINVAL|ETIMEDOUT|EABORTED|EPEERDEAD|EPROTO|ETRANSPORT|EREMOTEACCESS) ([^]*)$/.exec(text);

@@ -33,6 +33,11 @@ export const CHUNK_MAGIC = 0x314d5457;
 
 /** Header flag: the message is for a bound buffer (lands at ROFFSET). */
 export const FLAG_BOUND = 1;
+/**
+ * Header flag: return credits as soon as this chunk is consumed. The sender wrote the payload
+ * from the caller's registered memory and its send completes only on that credit.
+ */
+export const FLAG_ACK = 2;
 
 /** Immediate data: the top two bits say what the WRITE_IMM means. */
 export const KIND_SHIFT = 30;

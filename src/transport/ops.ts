@@ -5,6 +5,7 @@
  */
 import type { WeftError } from '../errors.js';
 import type { DType, ReduceOp } from '../reduce/index.js';
+import type { MemoryRegion } from '../nic/types.js';
 
 export abstract class TransportOp {
   private finished = false;
@@ -35,6 +36,19 @@ export abstract class TransportOp {
 export class SendOp extends TransportOp {
   /** Payload bytes already written into the peer's ring. */
   pos = 0;
+  /**
+   * The caller lets the pair write `src` in place (collectives: the peer is in the same call,
+   * so waiting for it to consume the data costs nothing). Point-to-point sends stay buffered:
+   * they complete without waiting for the receiver.
+   */
+  allowZeroCopy = false;
+  /**
+   * Set when `src` lies in registered memory and the pair writes it from there (no staging
+   * copy): the op is then done only once the peer has consumed its last chunk.
+   */
+  zc: { readonly mr: MemoryRegion; readonly offset: number } | undefined = undefined;
+  /** Ring sequence number of the last chunk written (zero-copy sends wait for its credit). */
+  lastSeq = -1;
   constructor(
     readonly to: number,
     readonly slot: number,

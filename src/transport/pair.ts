@@ -34,7 +34,16 @@ export interface PairHost {
   abort(err: WeftError): void;
   /** A peer told us the job is aborted. */
   peerAborted(peer: number, reason: string): void;
+  /** Where `view` lies in registered memory, if it does (arrays from `ctx.alloc`). */
+  locate?(view: Uint8Array): { mr: MemoryRegion; offset: number } | undefined;
 }
+
+/**
+ * Staged rings (ofi) write sends of at least this many bytes straight from registered memory:
+ * the payload by a plain WRITE, then the header by the WRITE_IMM. Smaller ones are copied: the
+ * extra credit round trip a zero-copy send waits for would cost more than the copy.
+ */
+const ZERO_COPY_MIN_BYTES = 64 * 1024;
 
 /** A message that arrived before its receive was posted. */
 interface Unexpected {
@@ -71,6 +80,8 @@ export class Pair {
   // Send side.
   private readonly sq: SendOp[] = [];
   private sqHead = 0;
+  /** Zero-copy sends fully written, waiting for the credit of their last chunk. */
+  private readonly unacked: SendOp[] = [];
   private sent = 0;
   private acked = 0;
   // Receive side.
@@ -117,13 +128,14 @@ export class Pair {
   }
 
   get idle(): boolean {
-    return this.sqHead === this.sq.length;
+    return this.sqHead === this.sq.length && this.unacked.length === 0;
   }
 
   // ---------------------------------------------------------------- sending
 
   send(op: SendOp): void {
     if (this.error) return op.fail(this.error);
+    if (op.allowZeroCopy && !this.direct && op.src.byteLength >= ZERO_COPY_MIN_BYTES && this.host.locate) op.zc = this.host.locate(op.src);
     this.sq.push(op);
     this.pump();
   }
@@ -141,7 +153,8 @@ export class Pair {
       this.writeChunk(op, len);
       op.pos += len;
       if (op.pos >= op.src.byteLength) {
-        op.done = true;
+        if (op.zc) this.unacked.push(op);
+        else op.done = true;
         this.sqHead++;
       }
     }
@@ -171,10 +184,17 @@ export class Pair {
     words[w + L.H.LENGTH] = len;
     words[w + L.H.ROFFSET] = op.roffset;
     words[w + L.H.SIG] = op.sig;
-    words[w + L.H.FLAGS] = op.flags;
+    const last = op.pos + len >= op.src.byteLength;
+    words[w + L.H.FLAGS] = op.zc && last ? op.flags | L.FLAG_ACK : op.flags;
+    op.lastSeq = seq;
     if (this.direct) {
       copyInto(this.direct, off + L.HEADER_BYTES, op.src, op.pos, len);
       this.qp.postWriteImm(this.host.staging, 0, this.remote, this.remoteBase + off, 0, L.KIND_DATA << L.KIND_SHIFT, 0, false);
+    } else if (op.zc) {
+      // Payload first, then the header with the doorbell: the NIC layer keeps writes in order.
+      const s = this.stagingBase + off;
+      this.qp.postWrite(op.zc.mr, op.zc.offset + op.pos, this.remote, this.remoteBase + off + L.HEADER_BYTES, len, 0, false);
+      this.qp.postWriteImm(this.host.staging, s, this.remote, this.remoteBase + off, L.HEADER_BYTES, L.KIND_DATA << L.KIND_SHIFT, 0, false);
     } else {
       const s = this.stagingBase + off;
       copyInto(this.host.staging.bytes, s + L.HEADER_BYTES, op.src, op.pos, len);
@@ -243,6 +263,7 @@ export class Pair {
     if (kind === L.KIND_DATA) this.onChunk();
     else if (kind === L.KIND_CREDIT) {
       this.acked += ((imm & L.KIND_MASK) - (this.acked & L.KIND_MASK)) & L.KIND_MASK;
+      if (this.unacked.length > 0) this.settleUnacked();
       this.pump();
     } else if (kind === L.KIND_ABORT) {
       const g = this.host.geometry;
@@ -270,7 +291,8 @@ export class Pair {
     const len = r[w + L.H.LENGTH] >>> 0;
     const roffset = r[w + L.H.ROFFSET] >>> 0;
     const sig = r[w + L.H.SIG] >>> 0;
-    const bound = (r[w + L.H.FLAGS] & L.FLAG_BOUND) !== 0;
+    const flags = r[w + L.H.FLAGS];
+    const bound = (flags & L.FLAG_BOUND) !== 0;
     if (len > g.chunkBytes || offset + len > total) return this.protocolError(`chunk ${this.received - 1} claims ${len} bytes at ${offset} of a ${total}-byte message`);
     const payload = off + L.HEADER_BYTES;
 
@@ -301,7 +323,14 @@ export class Pair {
       this.current = undefined;
     }
     this.consumed++;
-    if (this.consumed - this.returned >= g.slots >> 1 || g.slots === 1) this.returnCredits();
+    if (this.consumed - this.returned >= g.slots >> 1 || g.slots === 1 || (flags & L.FLAG_ACK) !== 0) this.returnCredits();
+  }
+
+  /** Zero-copy sends whose last chunk the peer has consumed are done (their memory is free again). */
+  private settleUnacked(): void {
+    let k = 0;
+    while (k < this.unacked.length && this.unacked[k].lastSeq < this.acked) this.unacked[k++].done = true;
+    if (k > 0) this.unacked.splice(0, k);
   }
 
   private returnCredits(): void {
@@ -380,6 +409,8 @@ export class Pair {
   fail(err: WeftError): void {
     if (!this.error) this.error = err;
     for (let i = this.sqHead; i < this.sq.length; i++) this.sq[i].fail(err);
+    for (const op of this.unacked) op.fail(err);
+    this.unacked.length = 0;
     this.sq.length = 0;
     this.sqHead = 0;
     for (const q of this.posted.values()) for (const op of q) if (!op.matched || op.persistent) op.fail(err);

@@ -73,6 +73,12 @@ export class SharedArrays {
     out.set(o.descriptor, at + 16);
   }
 
+  /** The region and offset of `view` when it lies in an array from `alloc`. */
+  locate(view: ArrayBufferView): { mr: MemoryRegion; offset: number } | undefined {
+    const o = this.owned.get(view.buffer);
+    return o === undefined ? undefined : { mr: o.mr, offset: view.byteOffset - o.mr.bytes.byteOffset };
+  }
+
   /** The flag of a record written by `record`. */
   static isShared(rec: Uint8Array, at: number): boolean {
     return rec[at] === 1;

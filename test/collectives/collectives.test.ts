@@ -70,6 +70,13 @@ for (const n of [2, 3, 4]) {
     for (let k = 0; k < n; k++) assert.match(r.out, new RegExp(`ok rank ${k}: \\d+ checks`));
   });
 }
+for (const [provider, n] of (hasOfi ? [['ofi', 2], ['ofi', 3], ['shm', 3]] : [['shm', 3]]) as [string, number][]) {
+  test(`collectives over ctx.alloc arrays (ofi: written in place, no staging copy), ${n} ranks over ${provider}; point to point stays buffered`, async () => {
+    const r = await run([WEFT, 'run', '-n', String(n), RANK, 'registered'], { WEFT_PROVIDER: provider }, 300_000);
+    assert.is(r.code, 0, r.out.slice(-3000));
+    for (let k = 0; k < n; k++) assert.match(r.out, new RegExp(`ok rank ${k}: \\d+ checks`));
+  });
+}
 if (hasOfi) {
   for (const n of [2, 3]) matrix('ofi', n);
   for (const n of [4, 5]) matrix('ofi', n, soak ? undefined : 70_001);
