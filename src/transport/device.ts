@@ -15,6 +15,7 @@ import { Board } from './board.js';
 import type { TransportOp } from './ops.js';
 import { Pair, type PairHost } from './pair.js';
 import { SharedArrays } from './shared-arrays.js';
+import { BytePool } from './byte-pool.js';
 
 /** Ring shape; every rank of a job must use the same. */
 export interface TransportOptions {
@@ -71,6 +72,7 @@ export class Device implements PairHost {
   board: Board | undefined;
   /** Typed arrays in registered memory (`alloc`), and peers' ones read in place. */
   readonly shared: SharedArrays;
+  readonly pool = new BytePool();
   /** The error that aborted the job, if any: every later operation fails with it. */
   failure: WeftError | undefined;
   private readonly byQpn: (Pair | undefined)[] = [];

@@ -19,6 +19,7 @@ import type { MemoryRegion, QueuePair, RemoteRegion } from '../nic/types.js';
 import * as L from './layout.js';
 import { RecvOp, type SendOp } from './ops.js';
 import { describeSignature } from './signature.js';
+import type { BytePool } from './byte-pool.js';
 
 /** What a pair needs from its device. */
 export interface PairHost {
@@ -34,6 +35,8 @@ export interface PairHost {
   abort(err: WeftError): void;
   /** A peer told us the job is aborted. */
   peerAborted(peer: number, reason: string): void;
+  /** Buffers for messages that arrive before their receive. */
+  readonly pool: BytePool;
   /** Where `view` lies in registered memory, if it does (arrays from `ctx.alloc`). */
   locate?(view: Uint8Array): { mr: MemoryRegion; offset: number } | undefined;
 }
@@ -239,6 +242,7 @@ export class Pair {
         op.matched = !op.persistent;
         op.peer = this.peer;
         this.deliver(op, u.data, 0, 0, u.got, u.total, u.roffset);
+        this.host.pool.give(u.data);
         if (u.got === u.total) this.finish(op);
         else if (this.current?.held === u) this.current = { op, held: undefined, total: u.total, roffset: u.roffset };
         if (!op.persistent) return;
@@ -302,7 +306,7 @@ export class Pair {
       cur = this.current = { op: this.match(slot, total, sig, bound), held: undefined, total, roffset };
       if (!cur.op) {
         if (this.error) return;
-        const u: Unexpected = { slot, total, sig, roffset, bound, data: new Uint8Array(total), got: 0 };
+        const u: Unexpected = { slot, total, sig, roffset, bound, data: this.host.pool.take(total), got: 0 };
         let q = this.unexpected.get(slot);
         if (!q) this.unexpected.set(slot, (q = []));
         q.push(u);
