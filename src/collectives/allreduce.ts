@@ -20,7 +20,7 @@ import type { TransportOp } from '../transport/ops.js';
 import { bytesOf, checkArray, checkLength, evenCounts, offsets, reduction, sameType, type TypedArray } from './checks.js';
 import { Comm, copy, runAsync, runSync, type Algorithm, type CollectiveOptions, type Group, type Reduction } from './comm.js';
 import { signature } from '../transport/signature.js';
-import { ringAllgather, ringReduceScatter } from './ring.js';
+import { ringAllgather, ringReduceScatter, staggered } from './ring.js';
 import { sharedAllreduce, sharedAllreduceSync, type SharedCall } from './allreduce-shared.js';
 
 export type AllreduceAlgorithm = 'auto' | 'board' | 'direct' | 'ring' | 'shared';
@@ -133,7 +133,23 @@ function* direct(c: Comm, inB: Uint8Array, outB: Uint8Array, red: Reduction, cou
   reduceMany(red.op, red.dtype, count, outB, srcs);
 }
 
-function* ring(c: Comm, inB: Uint8Array, outB: Uint8Array, red: Reduction, count: number): Algorithm {
+/**
+ * Over ofi, ring blocks of at most this many bytes: a larger array is cut into segments of
+ * `size` such blocks, two in flight, so a step's network latency is not a gap in the pipeline
+ * (4 ranks, 32 MiB: 61-68 -> 50-61 ms here). On shm a step boundary costs next to nothing and
+ * segments measured slightly slower, so shm rings run whole.
+ */
+export const SEGMENT_BLOCK_BYTES = 1024 * 1024;
+
+function ring(c: Comm, inB: Uint8Array, outB: Uint8Array, red: Reduction, count: number): Algorithm {
+  const eb = red.elementBytes;
+  const segments = Math.max(1, Math.min(Math.ceil(inB.byteLength / (c.size * SEGMENT_BLOCK_BYTES)), Math.floor(count / c.size)));
+  if (segments === 1 || !c.device.stagedRings) return ringSegment(c, inB, outB, red, count);
+  const at = offsets(evenCounts(count, segments));
+  return staggered((k) => ringSegment(c, inB.subarray(at[k] * eb, at[k + 1] * eb), outB.subarray(at[k] * eb, at[k + 1] * eb), red, at[k + 1] - at[k]), segments);
+}
+
+function* ringSegment(c: Comm, inB: Uint8Array, outB: Uint8Array, red: Reduction, count: number): Algorithm {
   const off = offsets(evenCounts(count, c.size)).map((e) => e * red.elementBytes);
   yield* ringReduceScatter(c, inB, outB, off, red);
   yield* ringAllgather(c, outB, off);

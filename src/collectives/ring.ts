@@ -50,3 +50,43 @@ export function* ringAllgather(c: Comm, out: Uint8Array, off: readonly number[],
     yield ops;
   }
 }
+
+/**
+ * Runs `count` algorithms (segments of one call), at most `inFlight` at a time, each starting
+ * one step after the previous one. A step waits for the current step of every running segment,
+ * so one segment's transfer fills the gap where another drains its pipeline between steps.
+ * Every rank runs the same schedule, so the messages of a step meet their receives in order.
+ */
+export function* staggered(make: (k: number) => Algorithm, count: number, inFlight = 2): Algorithm {
+  const running: Algorithm[] = [];
+  const current: (readonly TransportOp[])[] = [];
+  const step: TransportOp[] = [];
+  let next = 0;
+  for (;;) {
+    // One new segment per step: that is the stagger.
+    if (running.length < inFlight && next < count) {
+      const g = make(next++);
+      const r = g.next();
+      if (!r.done) {
+        running.push(g);
+        current.push(r.value);
+      }
+    }
+    if (running.length === 0) {
+      if (next >= count) return;
+      continue;
+    }
+    step.length = 0;
+    for (const ops of current) for (const op of ops) step.push(op);
+    yield step;
+    for (let i = 0; i < running.length; i++) {
+      const r = running[i].next();
+      if (r.done) {
+        running.splice(i, 1);
+        current.splice(i--, 1);
+      } else {
+        current[i] = r.value;
+      }
+    }
+  }
+}

@@ -138,7 +138,7 @@ export class Pair {
 
   send(op: SendOp): void {
     if (this.error) return op.fail(this.error);
-    if (op.allowZeroCopy && !this.direct && op.src.byteLength >= ZERO_COPY_MIN_BYTES && this.host.locate) op.zc = this.host.locate(op.src);
+    if (!process.env.NOZC && op.allowZeroCopy && !this.direct && op.src.byteLength >= ZERO_COPY_MIN_BYTES && this.host.locate) op.zc = this.host.locate(op.src);
     this.sq.push(op);
     this.pump();
   }
