@@ -96,6 +96,16 @@ async function pump(dev: Device, handle: (i: number) => void, done: () => boolea
   }
 }
 
+/** The error code `f` throws, or 'no error'. */
+function code(f: () => void): string | undefined {
+  try {
+    f();
+  } catch (err) {
+    return (err as { code?: string }).code;
+  }
+  return 'no error';
+}
+
 function mustSucceed(i: number): void {
   if (batch.status[i] !== Status.SUCCESS) throw new Error(`unexpected ${statusName(batch.status[i])}: ${batch.errors[i]?.message}`);
 }
@@ -148,14 +158,6 @@ api('malformed address and descriptor bytes are EPROTO; waits time out and abort
     try {
       const qp = dev.createQueuePair({ peerLabel: 'rank 1' });
       const good = qp.address();
-      const code = (f: () => void) => {
-        try {
-          f();
-        } catch (err) {
-          return (err as { code?: string }).code;
-        }
-        return 'no error';
-      };
       assert.is(code(() => qp.connect(new Uint8Array(10))), 'EPROTO');
       assert.is(code(() => qp.connect(good.subarray(0, good.length - 1))), 'EPROTO');
       const bad = new Uint8Array(good);
@@ -204,14 +206,6 @@ for (const [provider, fabric] of providers) {
       p.qp.postWrite(p.mr, 0, p.remote, 0, 64, 1, true);
       let done = false;
       await pump(p.dev, (i) => (mustSucceed(i), (done = true)), () => done);
-      const code = (f: () => void) => {
-        try {
-          f();
-        } catch (err) {
-          return (err as { code?: string }).code;
-        }
-        return 'no error';
-      };
       const c0 = process.cpuUsage();
       const t0 = performance.now();
       assert.is(code(() => p.dev.cq.waitSync({ timeoutMs: 400 })), 'ETIMEDOUT');
