@@ -142,9 +142,9 @@ function* direct(c: Comm, inB: Uint8Array, outB: Uint8Array, red: Reduction, cou
 export const SEGMENT_BLOCK_BYTES = 1024 * 1024;
 
 function ring(c: Comm, inB: Uint8Array, outB: Uint8Array, red: Reduction, count: number): Algorithm {
+  const segments = Math.min(Math.ceil(inB.byteLength / (c.size * SEGMENT_BLOCK_BYTES)), Math.floor(count / c.size));
+  if (segments <= 1 || !c.device.stagedRings) return ringSegment(c, inB, outB, red, count);
   const eb = red.elementBytes;
-  const segments = Math.max(1, Math.min(Math.ceil(inB.byteLength / (c.size * SEGMENT_BLOCK_BYTES)), Math.floor(count / c.size)));
-  if (segments === 1 || !c.device.stagedRings) return ringSegment(c, inB, outB, red, count);
   const at = offsets(evenCounts(count, segments));
   return staggered((k) => ringSegment(c, inB.subarray(at[k] * eb, at[k + 1] * eb), outB.subarray(at[k] * eb, at[k + 1] * eb), red, at[k + 1] - at[k]), segments);
 }

@@ -205,6 +205,11 @@ export interface Device {
   readonly providerName: string;
   readonly label: string;
   readonly cq: CompletionQueue;
+  /**
+   * More processes of this job on this host than cores (shm: the peers mapped so far; ofi:
+   * the launcher's local world size): waiters then hand the core over instead of spinning.
+   */
+  readonly oversubscribed: boolean;
   /** Allocates and registers `byteLength` bytes that peers may access. */
   allocate(byteLength: number): MemoryRegion;
   /**

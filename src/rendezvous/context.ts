@@ -7,6 +7,7 @@ import { WeftError } from '../errors.js';
 import { native } from '../native/binding.js';
 import type { WaitOptions } from '../util/deadline.js';
 import { createDevice } from '../nic/index.js';
+import { localPlacement } from '../util/placement.js';
 import type { Device, DeviceOptions, QueuePair, QueuePairOptions } from '../nic/types.js';
 import { Device as TransportDevice, type TransportOptions } from '../transport/device.js';
 import { connectFullMeshWithExtras } from './full-mesh.js';
@@ -171,8 +172,7 @@ export async function initWith<C extends Context>(make: (parts: ContextParts) =>
  */
 function bindLocalRank(env: NodeJS.ProcessEnv = process.env): void {
   if (env.WEFT_BIND === 'none') return;
-  const local = Number(env.WEFT_LOCAL_RANK ?? env.LOCAL_RANK ?? env.OMPI_COMM_WORLD_LOCAL_RANK);
-  const count = Number(env.WEFT_LOCAL_WORLD_SIZE ?? env.LOCAL_WORLD_SIZE ?? env.OMPI_COMM_WORLD_LOCAL_SIZE);
+  const { rank: local, size: count } = localPlacement(env);
   if (!Number.isInteger(local) || !Number.isInteger(count) || local < 0 || count < 2 || count > availableParallelism()) return;
   native.bindToCpu(local);
 }

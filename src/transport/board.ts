@@ -14,7 +14,6 @@
  *   then two buffers of BOARD_BUFFER_BYTES for larger calls: call k uses slot k & 1, so
  *   publishing call k only waits until every peer is done with call k - 2.
  */
-import { availableParallelism } from 'node:os';
 import { WeftError } from '../errors.js';
 import { native } from '../native/binding.js';
 import { reduceMany, type DType, type ReduceOp } from '../reduce/index.js';
@@ -87,7 +86,7 @@ export class Board {
   private readonly knownDone: Int32Array;
 
   private constructor(private readonly device: Device) {
-    this.oversubscribed = device.size > availableParallelism();
+    this.oversubscribed = device.oversubscribed;
     this.knownDone = new Int32Array(device.size);
     for (let r = 0; r < device.size; r++) {
       const inbox = r === device.rank ? device.inbox.bytes : (device.pairs[r]?.peerInbox as Uint8Array);

@@ -5,7 +5,6 @@
  * `waitSync` busy-polls (then sleeps) the calling thread; `waitAsync` shares one progress loop
  * among every pending promise, so concurrent waiters never starve each other.
  */
-import { availableParallelism } from 'node:os';
 import { WeftError } from '../errors.js';
 import { native } from '../native/binding.js';
 import { Deadline } from '../util/deadline.js';
@@ -59,8 +58,6 @@ interface Waiter {
 
 export class Device implements PairHost {
   readonly geometry: RingGeometry;
-  /** More ranks than this host's cores (as the board judges it): spinning waits yield. */
-  readonly oversubscribed: boolean;
   readonly inbox: MemoryRegion;
   readonly staging: MemoryRegion;
   readonly stagedRings: boolean;
@@ -93,7 +90,6 @@ export class Device implements PairHost {
     if (!Number.isInteger(chunk) || chunk < 64 || chunk % 64 !== 0 || chunk > 2 ** 26) throw new WeftError('EINVAL', `transport: chunkBytes must be a multiple of 64 between 64 and 64 MiB, got ${chunk}`);
     if (!Number.isInteger(slots) || slots < 1 || slots > 1024) throw new WeftError('EINVAL', `transport: slots must be an integer in [1, 1024], got ${slots}`);
     this.geometry = ringGeometry(chunk, slots);
-    this.oversubscribed = size > availableParallelism();
     this.label = nic.label;
     // On shm the inbox also holds this rank's board, which peers read directly.
     this.boardOffset = size * this.geometry.ringBytes;
@@ -182,9 +178,14 @@ export class Device implements PairHost {
     this.settleWaiters();
   }
 
-  /** Registered memory under `view` (ofi sends write from there instead of staging a copy). */
-  locate(view: Uint8Array): { mr: MemoryRegion; offset: number } | undefined {
-    return this.stagedRings ? this.shared.locate(view) : undefined;
+  /** More ranks on this host than cores (the NIC knows): spinning waits yield the core. */
+  get oversubscribed(): boolean {
+    return this.nic.oversubscribed;
+  }
+
+  /** The registered region `view` lies in (ofi sends write from there instead of staging a copy). */
+  regionOf(view: Uint8Array): MemoryRegion | undefined {
+    return this.stagedRings ? this.shared.regionOf(view) : undefined;
   }
 
   peerAborted(peer: number, text: string): void {

@@ -46,7 +46,9 @@ export class SendOp extends TransportOp {
    * Set when `src` lies in registered memory and the pair writes it from there (no staging
    * copy): the op is then done only once the peer has consumed its last chunk.
    */
-  zc: { readonly mr: MemoryRegion; readonly offset: number } | undefined = undefined;
+  zcRegion: MemoryRegion | undefined = undefined;
+  /** Where `src` starts in `zcRegion`. */
+  zcOffset = 0;
   /** Ring sequence number of the last chunk written (zero-copy sends wait for its credit). */
   lastSeq = -1;
   constructor(

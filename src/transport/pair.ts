@@ -37,8 +37,8 @@ export interface PairHost {
   peerAborted(peer: number, reason: string): void;
   /** Buffers for messages that arrive before their receive. */
   readonly pool: BytePool;
-  /** Where `view` lies in registered memory, if it does (arrays from `ctx.alloc`). */
-  locate?(view: Uint8Array): { mr: MemoryRegion; offset: number } | undefined;
+  /** The registered region `view` lies in, if it does (arrays from `ctx.alloc`). */
+  regionOf?(view: Uint8Array): MemoryRegion | undefined;
 }
 
 /**
@@ -138,7 +138,13 @@ export class Pair {
 
   send(op: SendOp): void {
     if (this.error) return op.fail(this.error);
-    if (!process.env.NOZC && op.allowZeroCopy && !this.direct && op.src.byteLength >= ZERO_COPY_MIN_BYTES && this.host.locate) op.zc = this.host.locate(op.src);
+    if (op.allowZeroCopy && !this.direct && op.src.byteLength >= ZERO_COPY_MIN_BYTES && this.host.regionOf) {
+      const mr = this.host.regionOf(op.src);
+      if (mr) {
+        op.zcRegion = mr;
+        op.zcOffset = op.src.byteOffset - mr.bytes.byteOffset;
+      }
+    }
     this.sq.push(op);
     this.pump();
   }
@@ -156,7 +162,7 @@ export class Pair {
       this.writeChunk(op, len);
       op.pos += len;
       if (op.pos >= op.src.byteLength) {
-        if (op.zc) this.unacked.push(op);
+        if (op.zcRegion) this.unacked.push(op);
         else op.done = true;
         this.sqHead++;
       }
@@ -188,15 +194,15 @@ export class Pair {
     words[w + L.H.ROFFSET] = op.roffset;
     words[w + L.H.SIG] = op.sig;
     const last = op.pos + len >= op.src.byteLength;
-    words[w + L.H.FLAGS] = op.zc && last ? op.flags | L.FLAG_ACK : op.flags;
+    words[w + L.H.FLAGS] = op.zcRegion && last ? op.flags | L.FLAG_ACK : op.flags;
     op.lastSeq = seq;
     if (this.direct) {
       copyInto(this.direct, off + L.HEADER_BYTES, op.src, op.pos, len);
       this.qp.postWriteImm(this.host.staging, 0, this.remote, this.remoteBase + off, 0, L.KIND_DATA << L.KIND_SHIFT, 0, false);
-    } else if (op.zc) {
+    } else if (op.zcRegion) {
       // Payload first, then the header with the doorbell: the NIC layer keeps writes in order.
       const s = this.stagingBase + off;
-      this.qp.postWrite(op.zc.mr, op.zc.offset + op.pos, this.remote, this.remoteBase + off + L.HEADER_BYTES, len, 0, false);
+      this.qp.postWrite(op.zcRegion, op.zcOffset + op.pos, this.remote, this.remoteBase + off + L.HEADER_BYTES, len, 0, false);
       this.qp.postWriteImm(this.host.staging, s, this.remote, this.remoteBase + off, L.HEADER_BYTES, L.KIND_DATA << L.KIND_SHIFT, 0, false);
     } else {
       const s = this.stagingBase + off;

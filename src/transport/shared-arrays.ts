@@ -73,10 +73,9 @@ export class SharedArrays {
     out.set(o.descriptor, at + 16);
   }
 
-  /** The region and offset of `view` when it lies in an array from `alloc`. */
-  locate(view: ArrayBufferView): { mr: MemoryRegion; offset: number } | undefined {
-    const o = this.owned.get(view.buffer);
-    return o === undefined ? undefined : { mr: o.mr, offset: view.byteOffset - o.mr.bytes.byteOffset };
+  /** The region of `view` when it lies in an array from `alloc` (one region per buffer). */
+  regionOf(view: ArrayBufferView): MemoryRegion | undefined {
+    return this.owned.get(view.buffer)?.mr;
   }
 
   /** The flag of a record written by `record`. */

@@ -384,20 +384,11 @@ async function registered(c: Context): Promise<void> {
   same('registered send completes before the receiver calls recv; bytes as sent', got, gen(Float32Array, left, n));
 }
 
-if (mode === 'registered') {
-  await registered(ctx);
-  console.log(`ok rank ${rank}: ${checks} checks`);
-  await ctx.close();
-} else if (mode === 'shared') {
-  await shared(ctx);
-  console.log(`ok rank ${rank}: ${checks} checks`);
-  await ctx.close();
-} else if (mode === 'transport') {
-  await transport(ctx);
-  console.log(`ok rank ${rank}: ${checks} checks`);
-  await ctx.close();
-} else if (mode === 'matrix') {
-  await matrix(ctx);
+/** Modes that run a set of checks and report how many passed. */
+const checked: Record<string, (c: Context) => Promise<void>> = { registered, shared, transport, matrix };
+
+if (mode in checked) {
+  await checked[mode](ctx);
   console.log(`ok rank ${rank}: ${checks} checks`);
   await ctx.close();
 } else if (mode === 'mismatch') {

@@ -12,15 +12,8 @@
  */
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { native } from '../../src/native/binding.js';
 import { runScenario } from '../../src/launch/local-group.js';
-
-const WORKER = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'helpers', 'rpc-worker.js');
-const providers = ['shm'];
-if (native.ofi.available) providers.push('ofi');
-/** Providers where batches before connect are still lost below copyrpc (see above). */
+import { WORKER, providers } from '../helpers/rpc-setup.js';
 
 interface Rank0 { ok: number; earlyOk: number; wrong: string[]; batchesSentEarly: number; state: string }
 interface Rank1 {

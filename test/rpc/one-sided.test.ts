@@ -10,15 +10,9 @@
  */
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { native } from '../../src/native/binding.js';
 import { runScenario } from '../../src/launch/local-group.js';
 import { REGION, WRITES } from '../helpers/rpc-onesided.js';
-
-const WORKER = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'helpers', 'rpc-worker.js');
-const providers = ['shm'];
-if (native.ofi.available) providers.push('ofi');
+import { WORKER, providers } from '../helpers/rpc-setup.js';
 
 interface Rank0 {
   remoteLength: number;

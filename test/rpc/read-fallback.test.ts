@@ -14,16 +14,10 @@
  */
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { native } from '../../src/native/binding.js';
 import { runScenario } from '../../src/launch/local-group.js';
 import { INSUFFICIENT_CREDIT, type EndpointStats } from '../../src/rpc/index.js';
 import type { FallbackRound } from '../helpers/rpc-onesided.js';
-
-const WORKER = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'helpers', 'rpc-worker.js');
-const providers = ['shm'];
-if (native.ofi.available) providers.push('ofi');
+import { WORKER, providers } from '../helpers/rpc-setup.js';
 
 interface Rank0 {
   perRound: number;

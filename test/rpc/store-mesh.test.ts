@@ -8,17 +8,11 @@
  */
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { native } from '../../src/native/binding.js';
 import { runScenario } from '../../src/launch/local-group.js';
 import { openStore } from '../../src/rendezvous/open.js';
 import type { PrefixStore } from '../../src/rendezvous/prefix-store.js';
 import { freshPrefix, redisUrl } from '../helpers/store-backends.js';
-
-const WORKER = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'helpers', 'rpc-worker.js');
-const providers = ['shm'];
-if (native.ofi.available) providers.push('ofi');
+import { WORKER, providers } from '../helpers/rpc-setup.js';
 
 interface RankResult {
   ok: number;

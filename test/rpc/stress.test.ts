@@ -7,15 +7,10 @@
  */
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { native } from '../../src/native/binding.js';
 import { runScenario } from '../../src/launch/local-group.js';
+import { WORKER, providers } from '../helpers/rpc-setup.js';
 
-const WORKER = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'helpers', 'rpc-worker.js');
 const soak = process.env.WEFT_SOAK === '1';
-const providers = ['shm'];
-if (native.ofi.available) providers.push('ofi');
 
 interface Result {
   issued: number; answered: number; errors: string[]; ringFull: number; noCredit: number; wrapsSent: number; wrapsReceived: number;

@@ -6,15 +6,9 @@
  */
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { native } from '../../src/native/binding.js';
 import { runScenario } from '../../src/launch/local-group.js';
 import { decodeImm, encodeImm, internalAllowance, paddedMessageSize, maxResponseReservation } from '../../src/rpc/index.js';
-
-const WORKER = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'helpers', 'rpc-worker.js');
-const providers = ['shm'];
-if (native.ofi.available) providers.push('ofi');
+import { WORKER, providers } from '../helpers/rpc-setup.js';
 
 const unit = suite('copyrpc encoding rules');
 unit('padding, imm and internal allowance follow the notes', () => {

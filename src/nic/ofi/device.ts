@@ -20,6 +20,7 @@ import { randomInt } from 'node:crypto';
 import { WeftError } from '../../errors.js';
 import { native, type OfiEndpoint } from '../../native/binding.js';
 import { localIdentity, type ProcessIdentity } from '../identity.js';
+import { localPlacement } from '../../util/placement.js';
 import { LocalCompletions } from '../local-completions.js';
 import { Status, type Device, type DeviceOptions, type MemoryRegion, type QueuePair, type QueuePairOptions } from '../types.js';
 import { CommandBuffer } from './commands.js';
@@ -65,7 +66,7 @@ export class OfiDevice implements Device, QpHost {
    * More processes on this host than cores, as the launcher says (weft run, torchrun, Open MPI
    * set the local world size): a waiter then hands its core over instead of spinning on it.
    */
-  readonly oversubscribed = localWorldSize() > availableParallelism();
+  readonly oversubscribed = localPlacement().size > availableParallelism();
   private nextQpn = 0;
   private nextGen = 1;
   private readonly freeSlots: number[] = [];
@@ -287,10 +288,4 @@ export class OfiDevice implements Device, QpHost {
 /** Creates an ofi device on libfabric provider `fabricProvider` (e.g. 'tcp;ofi_rxm', 'shm'). */
 export function createOfiDevice(options: DeviceOptions & { fabricProvider: string }): Device {
   return new OfiDevice(options);
-}
-
-/** Processes of this job on this host, from the launcher's environment (1 when unknown). */
-function localWorldSize(env: NodeJS.ProcessEnv = process.env): number {
-  const n = Number(env.WEFT_LOCAL_WORLD_SIZE ?? env.LOCAL_WORLD_SIZE ?? env.OMPI_COMM_WORLD_LOCAL_SIZE);
-  return Number.isInteger(n) && n > 0 ? n : 1;
 }
