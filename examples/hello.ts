@@ -1,6 +1,6 @@
 // Run with: npx weft run -n 4 examples/hello.ts
 // The NIC layer directly: connect() joins the job like init() but leaves the QPs and the CQ to
-// this program (init()'s Context runs collectives over them and polls the CQ itself).
+// this program (init()'s ProcessGroup runs collectives over them and polls the CQ itself).
 import { connect, CompletionBatch, Opcode } from 'weft';
 
 const ctx = await connect();

@@ -12,9 +12,9 @@ export { WeftError, type WeftErrorCode } from './errors.js';
 export type { WaitOptions } from './util/deadline.js';
 export * from './nic/index.js';
 export * from './rendezvous/index.js';
-export { init, Context, type InitOptions } from './context.js';
-/** Joins the job without the collectives: the NIC's QPs and CQ are the caller's alone. */
-export { init as connect, Context as ConnectedContext } from './rendezvous/context.js';
+export { init, ProcessGroup, type InitOptions } from './job/process-group.js';
+export { connect } from './job/bootstrap.js';
+export { JobMember, type JobParts } from './job/member.js';
 export * from './collectives/index.js';
 export { Device as TransportDevice, Pair, SendBuffer, RecvBuffer, createSendBuffer, createRecvBuffer, UnboundBuffer, type TransportOptions } from './transport/index.js';
 export * from './reduce/index.js';

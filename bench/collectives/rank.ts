@@ -7,7 +7,7 @@
  * `WEFT_ROW {...}` line per variant: 'weft' awaits the Promise API, 'weft-sync' calls the
  * blocking `...Sync` API.
  */
-import { init, type Context } from '../../src/index.js';
+import { init, type ProcessGroup } from '../../src/index.js';
 import { median } from '../lib/stats.js';
 import { caseLayout, iterationsFor, type CollectiveOp, type CollectiveRow } from './metrics.js';
 import { ROW_PREFIX, VARIANT_SYSTEM, type RankPlan, type Variant } from './plan.js';
@@ -22,7 +22,7 @@ function value(rank: number, i: number): number {
 
 /** Registered arrays live until close: reuse one per (length, role) across the ops. */
 const pool = new Map<string, Float32Array>();
-function allocated(ctx: Context, n: number, which: string): Float32Array {
+function allocated(ctx: ProcessGroup, n: number, which: string): Float32Array {
   const key = `${which}:${n}`;
   let a = pool.get(key);
   if (a === undefined) pool.set(key, (a = ctx.alloc(Float32Array, n)));
@@ -40,7 +40,7 @@ interface Case {
   check(): string | undefined;
 }
 
-function makeCase(ctx: Context, op: CollectiveOp, requested: number, timeoutMs: number, buffers: 'alloc' | 'heap'): Case {
+function makeCase(ctx: ProcessGroup, op: CollectiveOp, requested: number, timeoutMs: number, buffers: 'alloc' | 'heap'): Case {
   const { rank, size } = ctx;
   const L = caseLayout(op, requested, size);
   // ctx.alloc: registered memory peers on this host read in place (what a tuned app uses, as
@@ -84,7 +84,7 @@ function makeCase(ctx: Context, op: CollectiveOp, requested: number, timeoutMs: 
 }
 
 /** Per-iteration microseconds on this rank. */
-async function timeIterations(ctx: Context, c: Case, variant: Variant, iters: number, warmup: number, timeoutMs: number): Promise<Float64Array> {
+async function timeIterations(ctx: ProcessGroup, c: Case, variant: Variant, iters: number, warmup: number, timeoutMs: number): Promise<Float64Array> {
   const wait = { timeoutMs };
   const us = new Float64Array(iters);
   if (variant === 'sync') {

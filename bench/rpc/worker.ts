@@ -2,7 +2,7 @@
  * One side of a copyrpc benchmark pair: `node worker.js <scenario> <rank> 2 <provider> <json>`
  * (spawned by runScenario). Rank 0 calls and measures; rank 1 answers every request at once
  * with a response of the same size. Both busy-poll: this is the synchronous zero-allocation
- * path (Endpoint.call / Context.poll / recv / reply).
+ * path (Endpoint.call / RpcEngine.poll / recv / reply).
  *
  * Scenario 'run' takes a list of points {qd, endpoints, bytes, calls}; each point runs
  * `runs` times after a warm-up and reports calls/s (and for qd 1 the round trip). With
@@ -11,7 +11,7 @@
  * fill the young generation several times).
  */
 import { PerformanceObserver } from 'node:perf_hooks';
-import { createContext, type Endpoint } from '../../src/rpc/index.js';
+import { createRpcEngine, type Endpoint } from '../../src/rpc/index.js';
 
 interface Point {
   qd: number;
@@ -50,7 +50,7 @@ function exchange(blobs: Record<number, string[]>): Promise<string[]> {
 
 async function main(): Promise<unknown> {
   const maxEps = Math.max(...args.points.map((p) => p.endpoints));
-  const ctx = await createContext<number>({ provider, label: `rank ${rank}`, srqSize: 64 * maxEps, cqDepth: 1 << 15 } as never);
+  const ctx = await createRpcEngine<number>({ provider, label: `rank ${rank}`, srqSize: 64 * maxEps, cqDepth: 1 << 15 } as never);
   const eps: Endpoint<number>[] = [];
   for (let i = 0; i < maxEps; i++) eps.push(ctx.createEndpoint({ sendRingSize: args.ring, recvRingSize: args.ring, peerLabel: `rank ${1 - rank}` }));
   const infos = await exchange({ [1 - rank]: eps.map((e) => Buffer.from(e.localInfo()).toString('base64')) });

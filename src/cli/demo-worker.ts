@@ -5,7 +5,7 @@
  * Rank 0 gathers everybody's numbers through the store and prints the summary.
  */
 import { CompletionBatch, Opcode, Status } from '../nic/index.js';
-import { init } from '../context.js';
+import { init } from '../job/process-group.js';
 
 const args = { laps: Number(process.argv[2] ?? 2000), blocks: Number(process.argv[3] ?? 256) };
 const batch = new CompletionBatch(256);

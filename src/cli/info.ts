@@ -2,8 +2,8 @@
 import { readFileSync, statfsSync } from 'node:fs';
 import path from 'node:path';
 import { native, packageRoot } from '../native/binding.js';
-import { localIdentity } from '../nic/identity.js';
-import { listSegments } from '../nic/shm/segments.js';
+import { localIdentity } from '../host/identity.js';
+import { listSegments } from '../host/segments.js';
 
 export interface InfoReport {
   weft: string;

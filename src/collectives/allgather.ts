@@ -1,6 +1,6 @@
 /** allgather(v): every rank's block, concatenated in rank order, on every rank (ring). */
 import { bytesOf, checkArray, checkCounts, checkLength, dtypeName, offsets, sameType, type TypedArray } from './checks.js';
-import { copy, makeComm, runAsync, runSync, type CollectiveOptions, type Group } from './comm.js';
+import { copy, beginCall, runAsync, runSync, type CollectiveOptions, type Group } from './call.js';
 import { ringAllgather } from './ring.js';
 
 function plan(g: Group, input: TypedArray, output: TypedArray, counts: readonly number[] | undefined, options: CollectiveOptions, name: 'allgather' | 'allgatherv', where: string) {
@@ -11,7 +11,7 @@ function plan(g: Group, input: TypedArray, output: TypedArray, counts: readonly 
   checkLength(where, 'input', input, cnt[g.rank], counts ? `counts[${g.rank}]` : 'every rank contributes its whole input');
   const total = cnt.reduce((a, b) => a + b, 0);
   checkLength(where, 'output', output, total, counts ? 'the sum of counts' : `world size x input length = ${g.size} x ${input.length}`);
-  const c = makeComm(g, name, options, dtypeName(where, input));
+  const c = beginCall(g, name, options, dtypeName(where, input));
   const esize = input.BYTES_PER_ELEMENT;
   const off = offsets(cnt).map((e) => e * esize);
   const outB = bytesOf(output);

@@ -18,9 +18,9 @@ import { WeftError } from '../errors.js';
 import { reduceMany } from '../reduce/index.js';
 import type { Board } from '../transport/board.js';
 import { SHARED_RECORD_BYTES, SharedArrays } from '../transport/shared-arrays.js';
-import { copyInto } from '../util/copy.js';
+import { copyInto } from '../host/copy.js';
 import { evenCounts, offsets } from './checks.js';
-import type { Comm, Reduction } from './comm.js';
+import type { CollectiveCall, Reduction } from './call.js';
 
 const EMPTY = new Uint8Array(0);
 
@@ -33,7 +33,7 @@ interface Exchange {
 }
 
 export interface SharedCall {
-  readonly c: Comm;
+  readonly c: CollectiveCall;
   readonly board: Board;
   readonly inB: Uint8Array;
   readonly outB: Uint8Array;

@@ -18,7 +18,7 @@ import { Board, type BoardFold } from '../transport/board.js';
 import type { ReduceOp } from '../reduce/index.js';
 import type { TransportOp } from '../transport/ops.js';
 import { bytesOf, checkArray, checkLength, evenCounts, offsets, reduction, sameType, type TypedArray } from './checks.js';
-import { Comm, copy, runAsync, runSync, type Algorithm, type CollectiveOptions, type Group, type Reduction } from './comm.js';
+import { CollectiveCall, copy, runAsync, runSync, type Algorithm, type CollectiveOptions, type Group, type Reduction } from './call.js';
 import { signature } from '../transport/signature.js';
 import { ringAllgather, ringReduceScatter, staggered } from './ring.js';
 import { sharedAllreduce, sharedAllreduceSync, type SharedCall } from './allreduce-shared.js';
@@ -40,7 +40,7 @@ export interface AllreduceOptions extends CollectiveOptions {
 export const DIRECT_MAX_BYTES = 64 * 1024;
 
 interface Plan {
-  c: Comm;
+  c: CollectiveCall;
   alg: Algorithm | undefined;
   out: TypedArray;
   /** Set when the call takes the board instead of messages. */
@@ -79,7 +79,7 @@ function plan(g: Group, input: TypedArray, options: AllreduceOptions, where: str
     lastChecked.set(g, k);
   }
   const red = k.red;
-  const c = new Comm(g, 'allreduce', k.sig, options);
+  const c = new CollectiveCall(g, 'allreduce', k.sig, options);
   const inB = bytesOf(input);
   const outB = bytesOf(output);
   const algorithm = options.algorithm ?? 'auto';
@@ -110,7 +110,7 @@ function* single(inB: Uint8Array, outB: Uint8Array): Algorithm {
   copy(outB, inB);
 }
 
-function* direct(c: Comm, inB: Uint8Array, outB: Uint8Array, red: Reduction, count: number): Algorithm {
+function* direct(c: CollectiveCall, inB: Uint8Array, outB: Uint8Array, red: Reduction, count: number): Algorithm {
   const n = c.size;
   const bytes = inB.byteLength;
   const scratch = c.scratch(bytes * n);
@@ -141,7 +141,7 @@ function* direct(c: Comm, inB: Uint8Array, outB: Uint8Array, red: Reduction, cou
  */
 export const SEGMENT_BLOCK_BYTES = 1024 * 1024;
 
-function ring(c: Comm, inB: Uint8Array, outB: Uint8Array, red: Reduction, count: number): Algorithm {
+function ring(c: CollectiveCall, inB: Uint8Array, outB: Uint8Array, red: Reduction, count: number): Algorithm {
   const segments = Math.min(Math.ceil(inB.byteLength / (c.size * SEGMENT_BLOCK_BYTES)), Math.floor(count / c.size));
   if (segments <= 1 || !c.device.stagedRings) return ringSegment(c, inB, outB, red, count);
   const eb = red.elementBytes;
@@ -149,7 +149,7 @@ function ring(c: Comm, inB: Uint8Array, outB: Uint8Array, red: Reduction, count:
   return staggered((k) => ringSegment(c, inB.subarray(at[k] * eb, at[k + 1] * eb), outB.subarray(at[k] * eb, at[k + 1] * eb), red, at[k + 1] - at[k]), segments);
 }
 
-function* ringSegment(c: Comm, inB: Uint8Array, outB: Uint8Array, red: Reduction, count: number): Algorithm {
+function* ringSegment(c: CollectiveCall, inB: Uint8Array, outB: Uint8Array, red: Reduction, count: number): Algorithm {
   const off = offsets(evenCounts(count, c.size)).map((e) => e * red.elementBytes);
   yield* ringReduceScatter(c, inB, outB, off, red);
   yield* ringAllgather(c, outB, off);

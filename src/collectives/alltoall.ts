@@ -1,10 +1,10 @@
 /** alltoall(v): block p of every rank's input goes to rank p, landing at the sender's place. */
 import { WeftError } from '../errors.js';
 import { bytesOf, checkArray, checkCounts, checkLength, dtypeName, offsets, sameType, type TypedArray } from './checks.js';
-import { copy, makeComm, runAsync, runSync, type Algorithm, type CollectiveOptions, type Comm, type Group } from './comm.js';
+import { copy, beginCall, runAsync, runSync, type Algorithm, type CollectiveOptions, type CollectiveCall, type Group } from './call.js';
 import type { TransportOp } from '../transport/ops.js';
 
-function* exchange(c: Comm, inB: Uint8Array, outB: Uint8Array, inOff: number[], outOff: number[]): Algorithm {
+function* exchange(c: CollectiveCall, inB: Uint8Array, outB: Uint8Array, inOff: number[], outOff: number[]): Algorithm {
   const n = c.size;
   const ops: TransportOp[] = [];
   for (let k = 1; k < n; k++) {
@@ -39,7 +39,7 @@ function plan(g: Group, input: TypedArray, output: TypedArray, sendCounts: reado
     checkLength(where, 'output', output, input.length, 'as many elements as the input');
     sc = rc = new Array<number>(g.size).fill(input.length / g.size);
   }
-  const c = makeComm(g, sendCounts ? 'alltoallv' : 'alltoall', options, dtypeName(where, input));
+  const c = beginCall(g, sendCounts ? 'alltoallv' : 'alltoall', options, dtypeName(where, input));
   const e = input.BYTES_PER_ELEMENT;
   return { c, alg: exchange(c, bytesOf(input), bytesOf(output), offsets(sc).map((x) => x * e), offsets(rc).map((x) => x * e)) };
 }

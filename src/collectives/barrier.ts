@@ -3,11 +3,11 @@
  * empty call on the board: every rank publishes a sequence number and waits for everyone's,
  * one cache line per peer. Otherwise dissemination: ceil(log2 n) rounds of 0-byte messages.
  */
-import { makeComm, runAsync, runSync, type Algorithm, type CollectiveOptions, type Comm, type Group } from './comm.js';
+import { beginCall, runAsync, runSync, type Algorithm, type CollectiveOptions, type CollectiveCall, type Group } from './call.js';
 
 const EMPTY = new Uint8Array(0);
 
-function* dissemination(c: Comm): Algorithm {
+function* dissemination(c: CollectiveCall): Algorithm {
   const n = c.size;
   for (let k = 1; k < n; k <<= 1) yield [c.recv((c.rank - k + n) % n, EMPTY), c.send((c.rank + k) % n, EMPTY)];
 }
@@ -22,14 +22,14 @@ function boardFor(g: Group, options: CollectiveOptions) {
  * await barrier(ctx);   // every rank got here
  */
 export async function barrier(g: Group, options: CollectiveOptions = {}): Promise<void> {
-  const c = makeComm(g, 'barrier', options);
+  const c = beginCall(g, 'barrier', options);
   const board = boardFor(g, options);
   if (!board) return runAsync(c, dissemination(c));
   await board.exchangeAsync(EMPTY, c.sig, c);
 }
 
 export function barrierSync(g: Group, options: CollectiveOptions = {}): void {
-  const c = makeComm(g, 'barrier', options);
+  const c = beginCall(g, 'barrier', options);
   const board = boardFor(g, options);
   if (!board) return runSync(c, dissemination(c));
   board.exchangeSync(EMPTY, c.sig, c);

@@ -1,6 +1,6 @@
 /** broadcast: the root's array reaches every rank, in place, down a binomial tree. */
 import { bytesOf, checkArray, checkRoot, dtypeName, type TypedArray } from './checks.js';
-import { makeComm, runAsync, runSync, type Algorithm, type CollectiveOptions, type Comm, type Group } from './comm.js';
+import { beginCall, runAsync, runSync, type Algorithm, type CollectiveOptions, type CollectiveCall, type Group } from './call.js';
 
 export interface RootOptions extends CollectiveOptions {
   /** The rank that holds (or gets) the data (default 0). */
@@ -8,7 +8,7 @@ export interface RootOptions extends CollectiveOptions {
 }
 
 /** Binomial tree over ranks relative to the root: log2(n) rounds. */
-export function* binomialBroadcast(c: Comm, buf: Uint8Array, root: number): Algorithm {
+export function* binomialBroadcast(c: CollectiveCall, buf: Uint8Array, root: number): Algorithm {
   const n = c.size;
   const vr = (c.rank - root + n) % n;
   let mask = 1;
@@ -28,7 +28,7 @@ export function* binomialBroadcast(c: Comm, buf: Uint8Array, root: number): Algo
 function plan(g: Group, data: TypedArray, options: RootOptions, where: string) {
   checkArray(where, 'data', data);
   const root = checkRoot(where, options.root, g.size);
-  const c = makeComm(g, 'broadcast', options, dtypeName(where, data), undefined, root);
+  const c = beginCall(g, 'broadcast', options, dtypeName(where, data), undefined, root);
   return { c, alg: binomialBroadcast(c, bytesOf(data), root) };
 }
 

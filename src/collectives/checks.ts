@@ -2,7 +2,7 @@
 import { WeftError } from '../errors.js';
 import { describeValue } from '../util/describe.js';
 import { checkReducible, dtypeOf, elementSize, type DType, type ReduceOp } from '../reduce/index.js';
-import type { Reduction } from './comm.js';
+import type { Reduction } from './call.js';
 
 import type { TypedArray } from '../reduce/index.js';
 export type { TypedArray };

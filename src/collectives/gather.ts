@@ -1,11 +1,11 @@
 /** gather(v) and scatter: blocks between the root and every rank, exchanged directly. */
 import { WeftError } from '../errors.js';
 import { bytesOf, checkArray, checkCounts, checkLength, checkRoot, dtypeName, offsets, sameType, type TypedArray } from './checks.js';
-import { copy, makeComm, runAsync, runSync, type Algorithm, type Comm, type Group } from './comm.js';
+import { copy, beginCall, runAsync, runSync, type Algorithm, type CollectiveCall, type Group } from './call.js';
 import type { RootOptions } from './broadcast.js';
 import type { TransportOp } from '../transport/ops.js';
 
-function* gatherAlg(c: Comm, inB: Uint8Array, outB: Uint8Array | undefined, off: number[], root: number): Algorithm {
+function* gatherAlg(c: CollectiveCall, inB: Uint8Array, outB: Uint8Array | undefined, off: number[], root: number): Algorithm {
   if (c.rank !== root) {
     yield [c.send(root, inB)];
     return;
@@ -17,7 +17,7 @@ function* gatherAlg(c: Comm, inB: Uint8Array, outB: Uint8Array | undefined, off:
   if (ops.length) yield ops;
 }
 
-function* scatterAlg(c: Comm, inB: Uint8Array | undefined, outB: Uint8Array, off: number[], root: number): Algorithm {
+function* scatterAlg(c: CollectiveCall, inB: Uint8Array | undefined, outB: Uint8Array, off: number[], root: number): Algorithm {
   if (c.rank !== root) {
     yield [c.recv(root, outB)];
     return;
@@ -40,7 +40,7 @@ function planGather(g: Group, input: TypedArray, output: TypedArray | undefined,
     sameType(where, input, output);
     checkLength(where, 'output', output, cnt.reduce((a, b) => a + b, 0), counts ? 'the sum of counts' : `world size x input length = ${g.size} x ${input.length}`);
   }
-  const c = makeComm(g, name, options, dtypeName(where, input), undefined, root);
+  const c = beginCall(g, name, options, dtypeName(where, input), undefined, root);
   const off = offsets(cnt).map((e) => e * input.BYTES_PER_ELEMENT);
   return { c, alg: gatherAlg(c, bytesOf(input), output && g.rank === root ? bytesOf(output) : undefined, off, root) };
 }
@@ -85,7 +85,7 @@ function planScatter(g: Group, input: TypedArray | undefined, output: TypedArray
     sameType(where, input, output);
     checkLength(where, 'input', input, g.size * output.length, `world size x output length = ${g.size} x ${output.length}`);
   }
-  const c = makeComm(g, 'scatter', options, dtypeName(where, output), undefined, root);
+  const c = beginCall(g, 'scatter', options, dtypeName(where, output), undefined, root);
   const esize = output.BYTES_PER_ELEMENT;
   const off = Array.from({ length: g.size + 1 }, (_, i) => i * output.length * esize);
   return { c, alg: scatterAlg(c, input && g.rank === root ? bytesOf(input) : undefined, bytesOf(output), off, root) };

@@ -7,7 +7,7 @@ import { Deadline } from '../util/deadline.js';
 import { RecvOp, SendOp, type TransportOp } from '../transport/ops.js';
 import { collectiveSlot } from '../transport/signature.js';
 import { bytesOf, checkArray, type TypedArray } from './checks.js';
-import type { CollectiveOptions, Group } from './comm.js';
+import type { CollectiveOptions, Group } from './call.js';
 
 /** A send or receive in flight (from isend / irecv). */
 export class Request {

@@ -1,7 +1,7 @@
 /** reduceScatter: reduce across ranks, rank r keeps block r of the result (ring). */
 import type { ReduceOp } from '../reduce/index.js';
 import { bytesOf, checkArray, checkCounts, checkLength, offsets, reduction, sameType, type TypedArray } from './checks.js';
-import { copy, makeComm, runAsync, runSync, type Algorithm, type CollectiveOptions, type Comm, type Group, type Reduction } from './comm.js';
+import { copy, beginCall, runAsync, runSync, type Algorithm, type CollectiveOptions, type CollectiveCall, type Group, type Reduction } from './call.js';
 import { ringReduceScatter } from './ring.js';
 
 export interface ReduceScatterOptions extends CollectiveOptions {
@@ -11,7 +11,7 @@ export interface ReduceScatterOptions extends CollectiveOptions {
   float?: 'float16' | 'bfloat16';
 }
 
-function* run(c: Comm, inB: Uint8Array, outB: Uint8Array, off: number[], red: Reduction): Algorithm {
+function* run(c: CollectiveCall, inB: Uint8Array, outB: Uint8Array, off: number[], red: Reduction): Algorithm {
   if (c.size === 1) return copy(outB, inB.subarray(0, outB.byteLength));
   const work = c.scratch(inB.byteLength);
   yield* ringReduceScatter(c, inB, work, off, red, outB);
@@ -25,7 +25,7 @@ function plan(g: Group, input: TypedArray, output: TypedArray, options: ReduceSc
   checkLength(where, 'output', output, counts[g.rank], options.counts ? `counts[${g.rank}]` : 'each rank keeps output.length elements');
   checkLength(where, 'input', input, counts.reduce((a, b) => a + b, 0), options.counts ? 'the sum of counts' : `world size x output length = ${g.size} x ${output.length}`);
   const red = reduction(where, input, options.op, options.float);
-  const c = makeComm(g, 'reduce_scatter', options, red.dtype, red.op);
+  const c = beginCall(g, 'reduce_scatter', options, red.dtype, red.op);
   const off = offsets(counts).map((e) => e * red.elementBytes);
   return { c, alg: run(c, bytesOf(input), bytesOf(output), off, red) };
 }

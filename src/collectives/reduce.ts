@@ -1,7 +1,7 @@
 /** reduce: the reduction of every rank's array, at the root only (binomial tree). */
 import type { ReduceOp } from '../reduce/index.js';
 import { bytesOf, checkArray, checkLength, checkRoot, reduction, sameType, type TypedArray } from './checks.js';
-import { copy, makeComm, runAsync, runSync, type Algorithm, type Comm, type Group, type Reduction } from './comm.js';
+import { copy, beginCall, runAsync, runSync, type Algorithm, type CollectiveCall, type Group, type Reduction } from './call.js';
 import type { RootOptions } from './broadcast.js';
 
 export interface ReduceOptions extends RootOptions {
@@ -11,7 +11,7 @@ export interface ReduceOptions extends RootOptions {
   float?: 'float16' | 'bfloat16';
 }
 
-function* binomialReduce(c: Comm, inB: Uint8Array, outB: Uint8Array, red: Reduction, root: number): Algorithm {
+function* binomialReduce(c: CollectiveCall, inB: Uint8Array, outB: Uint8Array, red: Reduction, root: number): Algorithm {
   const n = c.size;
   const vr = (c.rank - root + n) % n;
   // Non-roots accumulate in scratch: their input is left alone.
@@ -38,7 +38,7 @@ function plan(g: Group, input: TypedArray, options: ReduceOptions, where: string
   sameType(where, input, output);
   checkLength(where, 'output', output, input.length, 'a reduce output has as many elements as its input');
   const red = reduction(where, input, options.op, options.float);
-  const c = makeComm(g, 'reduce', options, red.dtype, red.op, root);
+  const c = beginCall(g, 'reduce', options, red.dtype, red.op, root);
   return { c, alg: binomialReduce(c, bytesOf(input), bytesOf(output), red, root), output };
 }
 

@@ -4,7 +4,7 @@
  * every rank's block to all. Each step posts the receive before the send, so incoming chunks
  * are reduced (or copied) straight out of the ring into their final place as they arrive.
  */
-import type { Algorithm, Comm, Reduction } from './comm.js';
+import type { Algorithm, CollectiveCall, Reduction } from './call.js';
 import type { TransportOp } from '../transport/ops.js';
 
 const mod = (a: number, n: number) => ((a % n) + n) % n;
@@ -14,7 +14,7 @@ const mod = (a: number, n: number) => ((a % n) + n) % n;
  * `input` itself for in-place use, or the output of an allreduce). Rank r's result ends in
  * work's block r, or in `result` when given. Step s: send block r-s-1, receive block r-s-2 as work = input op incoming.
  */
-export function* ringReduceScatter(c: Comm, input: Uint8Array, work: Uint8Array, off: readonly number[], red: Reduction, result?: Uint8Array): Algorithm {
+export function* ringReduceScatter(c: CollectiveCall, input: Uint8Array, work: Uint8Array, off: readonly number[], red: Reduction, result?: Uint8Array): Algorithm {
   const n = c.size;
   const r = c.rank;
   const right = mod(r + 1, n);
@@ -35,7 +35,7 @@ export function* ringReduceScatter(c: Comm, input: Uint8Array, work: Uint8Array,
 }
 
 /** Ring allgather: rank r's block (already in place in `out`) reaches every rank. */
-export function* ringAllgather(c: Comm, out: Uint8Array, off: readonly number[], startBlock = c.rank): Algorithm {
+export function* ringAllgather(c: CollectiveCall, out: Uint8Array, off: readonly number[], startBlock = c.rank): Algorithm {
   const n = c.size;
   const r = c.rank;
   const right = mod(r + 1, n);

@@ -3,7 +3,7 @@
  * provider tag, then the owner's identity. Bodies are provider-specific (docs/wire-format.md).
  */
 import { WeftError } from '../errors.js';
-import { decodeIdentity, encodeIdentity, IDENTITY_BYTES, type ProcessIdentity } from './identity.js';
+import { decodeIdentity, encodeIdentity, IDENTITY_BYTES, type ProcessIdentity } from '../host/identity.js';
 
 /** Bytes before a blob's provider-specific body. */
 export const BLOB_HEAD_BYTES = 8 + IDENTITY_BYTES;

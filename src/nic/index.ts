@@ -16,13 +16,14 @@ import { WeftError } from '../errors.js';
 import { native } from '../native/binding.js';
 import { ShmDevice, type ShmDeviceOptions } from './shm/device.js';
 import type { Device, DeviceOptions } from './types.js';
-import { sweepDeadSegments } from './shm/segments.js';
-import { sweepFabricSegments } from './ofi/segments.js';
+import { sweepDeadSegments } from '../host/segments.js';
+import { sweepFabricSegments } from '../host/fabric-segments.js';
 
 export * from './types.js';
-export { sweepDeadSegments, listSegments, parseSegmentName } from './shm/segments.js';
-export { listFabricSegments, sweepFabricSegments } from './ofi/segments.js';
-export { localIdentity, isPeerAlive, type ProcessIdentity } from './identity.js';
+export { CompletionRouter, type CompletionSink } from './completion-router.js';
+export { sweepDeadSegments, listSegments, parseSegmentName } from '../host/segments.js';
+export { listFabricSegments, sweepFabricSegments } from '../host/fabric-segments.js';
+export { localIdentity, isPeerAlive, type ProcessIdentity } from '../host/identity.js';
 
 /** libfabric provider names for weft's short names. */
 export const OFI_PROVIDERS: Record<string, string> = {

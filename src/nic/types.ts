@@ -15,6 +15,7 @@
  * - Progress is driven by the caller: `poll` and `wait` move queued operations forward.
  */
 import type { WaitOptions } from '../util/deadline.js';
+import type { Doorbell } from '../host/wait.js';
 import type { WeftError } from '../errors.js';
 
 /** Which provider a device runs on. */
@@ -127,11 +128,16 @@ export interface QueuePairOptions {
   /** How this QP's peer is called in errors, e.g. "rank 3". */
   peerLabel?: string;
   /**
-   * Receive credits posted at creation for incoming WRITE_IMMs (default 256). With the
-   * device's `autoRepost` (default on) every consumed credit is reposted when its completion
-   * is polled.
+   * Receive credits posted at creation for incoming WRITE_IMMs (default 256). With
+   * `autoRepost` every consumed credit is reposted when its completion is polled.
    */
   recvCredits?: number;
+  /**
+   * Repost a receive credit for every polled RECV_WRITE_IMM of this QP (default: the
+   * device's `autoRepost`). A layer that accounts credits itself (copyrpc's shared receive
+   * queue) turns it off for its own QPs only, on a device it shares with others.
+   */
+  autoRepost?: boolean;
 }
 
 /** A connection to one peer with RC semantics. */
@@ -139,6 +145,8 @@ export interface QueuePair {
   /** This QP's number in completions (`CompletionBatch.qpn`). */
   readonly qpn: number;
   readonly peerLabel: string;
+  /** Consumed receive credits are reposted by polling (QueuePairOptions.autoRepost). */
+  readonly autoRepost: boolean;
   /** 'init' until connect, 'ready', 'error' after a fatal error (peer death, timeout), 'closed'. */
   readonly state: 'init' | 'ready' | 'error' | 'closed';
   /** The error that moved the QP to 'error'. */
@@ -172,10 +180,17 @@ export interface QueuePair {
 export interface CompletionQueue {
   /** Moves queued work forward and fills `out` with up to `max` completions; returns the count. */
   poll(out: CompletionBatch, max?: number): number;
+  /** True when `poll` would return something (moves queued work forward). */
+  ready(): boolean;
   /** Resolves when `poll` has something to return; spins, then yields, then sleeps. */
   wait(options?: WaitOptions): Promise<void>;
-  /** Blocking variant of wait: spins, then sleeps the thread. */
+  /** Blocking variant of wait: spins, yields, then sleeps the thread. */
   waitSync(options?: WaitOptions): void;
+  /**
+   * What waiters sleep on (host/wait.ts): layers that poll through a CompletionRouter wait
+   * for their own conditions with it.
+   */
+  readonly doorbell: Doorbell;
 }
 
 /** Options of `createDevice`. */
@@ -190,7 +205,7 @@ export interface DeviceOptions {
   job?: string;
   /** How this process is called in errors, e.g. "rank 0". */
   label?: string;
-  /** Repost a receive credit for every polled RECV_WRITE_IMM (default true). */
+  /** Default of QueuePairOptions.autoRepost for this device's QPs (default true). */
   autoRepost?: boolean;
   /** Milliseconds an operation may wait for credits or the fabric before failing (default 30000). */
   opTimeoutMs?: number;

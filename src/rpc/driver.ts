@@ -1,16 +1,17 @@
 /**
- * The convenience layer: `await ep.request(bytes)` and `ctx.serve(handler)`. One driver per
- * context runs the poll loop while anything is outstanding: it polls, hands requests to the
+ * The convenience layer: `await ep.request(bytes)` and `rpc.serve(handler)`. One driver per
+ * engine runs the poll loop while anything is outstanding: it polls, hands requests to the
  * server's handler, retries calls that met RING_FULL / INSUFFICIENT_CREDIT, and when idle
- * waits on the completion queue (spin, yield, sleep), woken early by new work. It allocates
- * per request (a promise, a record, a copy of the response); the zero-allocation path is
- * Endpoint.call + Context.poll/recv.
+ * waits through the completion router (the one waiting loop: spin, yield, sleep), woken
+ * early by new work. It allocates per request (a promise, a record, a copy of the response);
+ * the zero-allocation path is Endpoint.call + RpcEngine.poll/recv.
  *
- * While a driver runs it owns ctx.poll(): do not poll the same context yourself meanwhile.
+ * While a driver runs it owns rpc.poll(): do not poll the same engine yourself meanwhile.
  */
 import { WeftError } from '../errors.js';
-import { defaultTimeoutMs, type WaitOptions } from '../util/deadline.js';
-import type { Context } from './context.js';
+import { turn } from '../host/wait.js';
+import { Deadline, defaultTimeoutMs, type WaitOptions } from '../util/deadline.js';
+import type { RpcEngine } from './engine.js';
 import type { Endpoint } from './endpoint.js';
 import type { RecvHandle } from './recv-handle.js';
 
@@ -23,7 +24,7 @@ export interface RequestOptions extends WaitOptions {
 /** Returns the response bytes (a plain Uint8Array, or a promise of one); undefined means empty. */
 export type ServeHandler = (payload: Uint8Array, request: RecvHandle<unknown>) => Uint8Array | undefined | Promise<Uint8Array | undefined>;
 
-/** Options of `Context.serve`. */
+/** Options of `RpcEngine.serve`. */
 export interface ServeOptions {
   /** Stops serving when aborted. */
   signal?: AbortSignal;
@@ -42,12 +43,12 @@ export interface Server {
   close(): void;
 }
 
-class PendingRequest {
+class PendingRequest<U> {
   done = false;
   timer: NodeJS.Timeout | undefined;
   onAbort: (() => void) | undefined;
   constructor(
-    readonly ep: Endpoint<unknown>,
+    readonly ep: Endpoint<U>,
     readonly bytes: Uint8Array,
     readonly allowance: number,
     readonly signal: AbortSignal | undefined,
@@ -57,36 +58,36 @@ class PendingRequest {
 }
 
 const EMPTY = new Uint8Array(0);
-const drivers = new WeakMap<object, Driver>();
 
-/** The driver of `ctx` (created on first use). */
-export function driverFor(ctx: Context<unknown>): Driver {
-  let d = drivers.get(ctx);
-  if (!d) {
-    d = new Driver(ctx);
-    drivers.set(ctx, d);
-  }
-  return d;
+interface Serving {
+  handler: ServeHandler;
+  onError: (err: unknown, h: RecvHandle<unknown>) => void;
+  served: number;
+  closed: boolean;
 }
 
-export class Driver {
+export class Driver<U> {
   /** Requests not settled yet (issued or waiting to be issued). */
   private live = 0;
-  private readonly backlog: PendingRequest[] = [];
-  private server: { handler: ServeHandler; onError: (err: unknown, h: RecvHandle<unknown>) => void; served: number; closed: boolean } | undefined;
+  private readonly backlog: PendingRequest<U>[] = [];
+  private server: Serving | undefined;
   private handlers = 0;
   private running = false;
-  private kickCtl: AbortController | undefined;
+  private kicked = false;
   private turns = 0;
+  /** The idle wait has no deadline of its own: requests time out on their timers. */
+  private readonly idleCall: { deadline: Deadline; what: string };
 
-  constructor(private readonly ctx: Context<unknown>) {}
+  constructor(private readonly engine: RpcEngine<U>) {
+    this.idleCall = { deadline: new Deadline(Infinity), what: `${engine.label}: rpc driver` };
+  }
 
-  request(ep: Endpoint<unknown>, bytes: Uint8Array, options: RequestOptions = {}): Promise<Uint8Array> {
+  request(ep: Endpoint<U>, bytes: Uint8Array, options: RequestOptions = {}): Promise<Uint8Array> {
     if (!(bytes instanceof Uint8Array)) return Promise.reject(new WeftError('EINVAL', `${ep.name}: request(bytes) needs a Uint8Array`));
     const timeoutMs = options.timeoutMs ?? defaultTimeoutMs();
     const allowance = options.responseAllowance ?? Math.min(4096, ep.state === 'ready' ? ep.maxResponseAllowance : 4096);
     return new Promise<Uint8Array>((resolve, reject) => {
-      const p = new PendingRequest(ep, bytes, allowance, options.signal, resolve, reject);
+      const p = new PendingRequest<U>(ep, bytes, allowance, options.signal, resolve, reject);
       this.live++;
       if (options.signal?.aborted) return this.settle(p, new WeftError('EABORTED', `${ep.name}: request aborted by the caller's AbortSignal before it was sent`, { cause: options.signal.reason }));
       p.timer = setTimeout(() => this.settle(p, new WeftError('ETIMEDOUT', `${ep.name}: request got no response within ${timeoutMs} ms; the peer may be dead, stuck or not serving (it must run serve() or poll and recv()); raise timeoutMs if it is only slow`)), timeoutMs);
@@ -100,8 +101,8 @@ export class Driver {
   }
 
   serve(handler: ServeHandler, options: ServeOptions = {}): Server {
-    if (this.server && !this.server.closed) throw new WeftError('EINVAL', `${this.ctx.label}: serve() is already running on this context; close the first server`);
-    const s = {
+    if (this.server && !this.server.closed) throw new WeftError('EINVAL', `${this.engine.label}: serve() is already running on this engine; close the first server`);
+    const s: Serving = {
       handler,
       onError: options.onError ?? ((err: unknown, h: RecvHandle<unknown>) => console.error(`${h.endpoint.name}: serve handler failed for call ${h.callId}: ${(err as Error)?.stack ?? String(err)}`)),
       served: 0,
@@ -124,11 +125,12 @@ export class Driver {
   }
 
   /** Calls `ep.call`; false when it must be retried (ring full, no credit). */
-  private issue(p: PendingRequest): boolean {
+  private issue(p: PendingRequest<U>): boolean {
     if (p.done) return true;
     let r: number;
     try {
-      r = p.ep.call(p.bytes, p, p.allowance);
+      // The user-data slot carries the request record; onResponse tells it apart by class.
+      r = p.ep.call(p.bytes, p as unknown as U, p.allowance);
     } catch (err) {
       this.settle(p, err);
       return true;
@@ -136,10 +138,11 @@ export class Driver {
     return r >= 0;
   }
 
-  private settle(p: PendingRequest, err: unknown, value?: Uint8Array): void {
+  private settle(p: PendingRequest<U>, err: unknown, value?: Uint8Array): void {
     if (p.done) return;
     p.done = true;
-    this.live--;
+    // The last request settled by its timer or signal: an idle loop must notice and stop.
+    if (--this.live === 0) this.kick();
     if (p.timer) clearTimeout(p.timer);
     if (p.onAbort) p.signal?.removeEventListener('abort', p.onAbort);
     if (err !== undefined) p.reject(err);
@@ -159,7 +162,8 @@ export class Driver {
       this.running = true;
       void this.run();
     } else {
-      this.kickCtl?.abort();
+      this.kicked = true;
+      this.engine.router.kick();
     }
   }
 
@@ -170,34 +174,35 @@ export class Driver {
   private async run(): Promise<void> {
     try {
       while (this.busy()) {
-        let work = this.ctx.poll(this.onResponse, this.onFailed);
+        // Kicks before this iteration's poll are served by it (it flushes what they wrote).
+        this.kicked = false;
+        let work = this.engine.poll(this.onResponse, this.onFailed);
         if (this.server) work += this.dispatch(this.server);
         if (this.backlog.length > 0) work += this.retry();
         if (work === 0) await this.idle();
-        else if ((++this.turns & 31) === 0) await new Promise<void>((r) => setImmediate(r));
+        else if ((++this.turns & 31) === 0) await turn();
         else await Promise.resolve();
       }
     } catch (err) {
       // A bug or a callback error: fail what is outstanding rather than hang it.
       for (const p of this.backlog.splice(0)) this.settle(p, err);
-      if (this.live > 0) console.error(`${this.ctx.label}: rpc driver stopped: ${(err as Error)?.stack ?? String(err)}`);
+      if (this.live > 0) console.error(`${this.engine.label}: rpc driver stopped: ${(err as Error)?.stack ?? String(err)}`);
     } finally {
       this.running = false;
     }
   }
 
+  /** Waits (the one waiting loop, through the router) for a completion or a kick. */
   private async idle(): Promise<void> {
-    const ctl = new AbortController();
-    this.kickCtl = ctl;
     try {
-      await this.ctx.wait({ timeoutMs: 20, signal: ctl.signal });
+      await this.engine.router.waitAsync(this.idleReady, this.idleCall);
     } catch (err) {
       const code = (err as WeftError).code;
       if (code !== 'ETIMEDOUT' && code !== 'EABORTED') throw err;
-    } finally {
-      this.kickCtl = undefined;
     }
   }
+
+  private readonly idleReady = (): boolean => this.kicked || this.engine.inboxSize > 0 || !this.busy();
 
   private retry(): number {
     const b = this.backlog;
@@ -207,9 +212,9 @@ export class Driver {
     return k;
   }
 
-  private dispatch(s: NonNullable<Driver['server']>): number {
+  private dispatch(s: Serving): number {
     let n = 0;
-    for (let h = this.ctx.recv(); h; h = this.ctx.recv()) {
+    for (let h = this.engine.recv(); h; h = this.engine.recv()) {
       n++;
       let out: Uint8Array | undefined | Promise<Uint8Array | undefined>;
       try {
@@ -233,13 +238,13 @@ export class Driver {
     return n;
   }
 
-  private finish(s: NonNullable<Driver['server']>, h: RecvHandle<unknown>, v: Uint8Array | undefined, err?: unknown): void {
+  private finish(s: Serving, h: RecvHandle<unknown>, v: Uint8Array | undefined, err?: unknown): void {
     this.handlers--;
     this.answer(s, h, v, err);
     this.kick();
   }
 
-  private answer(s: NonNullable<Driver['server']>, h: RecvHandle<unknown>, v: Uint8Array | undefined, err?: unknown): void {
+  private answer(s: Serving, h: RecvHandle<unknown>, v: Uint8Array | undefined, err?: unknown): void {
     if (err !== undefined) s.onError(err, h);
     if (!h.live) return;
     let out = v ?? EMPTY;

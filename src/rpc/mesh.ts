@@ -8,7 +8,7 @@ import { WeftError } from '../errors.js';
 import { addressFor, encodeMeshBlob } from '../rendezvous/full-mesh.js';
 import type { Store } from '../rendezvous/store.js';
 import type { WaitOptions } from '../util/deadline.js';
-import type { Context } from './context.js';
+import type { RpcEngine } from './engine.js';
 import type { Endpoint, EndpointOptions } from './endpoint.js';
 
 export interface RpcMeshOptions extends WaitOptions {
@@ -22,16 +22,16 @@ export interface RpcMeshOptions extends WaitOptions {
  * Returns `eps[p]`, the connected endpoint toward rank p (undefined at `rank`).
  *
  * @example
- * const eps = await connectRpcMesh(store, ctx, rank, size, { endpoint: { sendRingSize: 1 << 16, recvRingSize: 1 << 16 } });
+ * const eps = await connectRpcMesh(store, rpc, rank, size, { endpoint: { sendRingSize: 1 << 16, recvRingSize: 1 << 16 } });
  * const reply = await eps[(rank + 1) % size]!.request(bytes, { timeoutMs: 5000 });
  */
-export async function connectRpcMesh<U>(store: Store, ctx: Context<U>, rank: number, size: number, options: RpcMeshOptions = {}): Promise<(Endpoint<U> | undefined)[]> {
+export async function connectRpcMesh<U>(store: Store, rpc: RpcEngine<U>, rank: number, size: number, options: RpcMeshOptions = {}): Promise<(Endpoint<U> | undefined)[]> {
   if (!Number.isInteger(size) || size < 1) throw new WeftError('EINVAL', `connectRpcMesh: world size must be a positive integer, got ${size}`);
   if (!Number.isInteger(rank) || rank < 0 || rank >= size) throw new WeftError('EINVAL', `connectRpcMesh: rank ${rank} is outside [0, ${size})`);
   const ns = options.key ?? 'rpc';
   const eps: (Endpoint<U> | undefined)[] = [];
   try {
-    for (let p = 0; p < size; p++) eps.push(p === rank ? undefined : ctx.createEndpoint({ ...options.endpoint, peerLabel: `rank ${p}` }));
+    for (let p = 0; p < size; p++) eps.push(p === rank ? undefined : rpc.createEndpoint({ ...options.endpoint, peerLabel: `rank ${p}` }));
     await store.set(`${ns}/${rank}`, encodeMeshBlob(rank, size, eps.map((e) => e?.localInfo())), { once: true });
     const peers = [...Array(size).keys()].filter((p) => p !== rank);
     let blobs: Uint8Array[];

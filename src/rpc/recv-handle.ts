@@ -1,5 +1,5 @@
 /**
- * A received request, as `Context.recv()` hands it out. The payload lives in the recv ring
+ * A received request, as `RpcEngine.recv()` hands it out. The payload lives in the recv ring
  * and stays valid until the next `poll()` (copy it to keep it longer); the handle itself
  * stays valid until `reply`, which may come any time later, in any order. Handles are
  * pooled: after `reply` the object is reused for a later request, so keep no reference past it.
@@ -49,7 +49,7 @@ export class RecvHandle<U = unknown> {
    * endpoint has failed meanwhile.
    *
    * @example
-   * const h = ctx.recv();
+   * const h = rpc.recv();
    * if (h) h.reply(new TextEncoder().encode('pong'));
    */
   reply(bytes: Uint8Array): void {

@@ -17,7 +17,8 @@
 import { WeftError } from '../errors.js';
 import { native } from '../native/binding.js';
 import { reduceMany, type DType, type ReduceOp } from '../reduce/index.js';
-import { copyInto } from '../util/copy.js';
+import { copyInto } from '../host/copy.js';
+import { waitAsync, waitSync, type Doorbell, type WaitPlan } from '../host/wait.js';
 import type { Deadline } from '../util/deadline.js';
 import type { Device } from './device.js';
 import { BOARD_BUFFER_BYTES, BOARD_HEADER_BYTES } from './layout.js';
@@ -30,14 +31,6 @@ const INLINE = 5;
 const INLINE_BYTES = 20;
 const DONE = 16;
 const SLEEPERS = 32;
-const SPIN_MS = 0.05;
-const YIELD_MS = 0.5;
-/**
- * With more ranks than cores, keep yielding this long before sleeping: a yield hands the core
- * straight to a runnable rank, while a futex wake-up costs tens of microseconds or a tick.
- */
-const OVERSUBSCRIBED_YIELD_MS = 20;
-const SLEEP_SLICE_MS = 5;
 
 interface BoardView {
   words: Int32Array;
@@ -81,12 +74,11 @@ export class Board {
   /** Async users queue here: board calls run one at a time, in call order. */
   private tail: Promise<void> = Promise.resolve();
   private pending = 0;
-  private readonly oversubscribed: boolean;
   /** The last DONE value read from each peer: DONE only grows, so a wait it satisfies needs no fresh read (a cache miss). */
   private readonly knownDone: Int32Array;
 
   private constructor(private readonly device: Device) {
-    this.oversubscribed = device.oversubscribed;
+    this.plan = { oversubscribed: device.oversubscribed, call: undefined, probe: this.probe };
     this.knownDone = new Int32Array(device.size);
     for (let r = 0; r < device.size; r++) {
       const inbox = r === device.rank ? device.inbox.bytes : (device.pairs[r]?.peerInbox as Uint8Array);
@@ -208,73 +200,74 @@ export class Board {
     return -1;
   }
 
-  private check(call: BoardCall, r: number): void {
-    const { deadline } = call;
-    this.device.progress(); // surfaces dead peers and ABORT messages
+  // ---- waiting: the one waiting loop, sleeping on the word of the rank we wait for
+
+  /** What the current wait waits for: every peer's `word` at `k` or beyond. */
+  private waitWord = ARRIVE;
+  private waitK = 0;
+  private readonly plan: WaitPlan & { call: BoardCall | undefined };
+  private readonly isReady = (): boolean => this.behind(this.waitWord, this.waitK) < 0;
+
+  /** Between sleeps: dead peers and ABORT messages surface, the deadline is checked. */
+  private readonly probe = (): void => {
+    const call = this.plan.call as BoardCall;
+    this.device.progress();
     if (this.device.failure) throw this.device.failure;
+    const { deadline } = call;
     if (deadline.signal?.aborted || deadline.remaining() <= 0) {
+      const r = this.behind(this.waitWord, this.waitK);
       const why = deadline.signal?.aborted ? "aborted by the caller's AbortSignal" : `timed out after ${Math.round(deadline.timeoutMs)} ms`;
       throw this.abort(new WeftError(deadline.signal?.aborted ? 'EABORTED' : 'ETIMEDOUT', `${call.what}: ${why} waiting for rank ${r} (intra-host board); is that rank alive and making the same call?`));
     }
-  }
+  };
 
-  /**
-   * What a waiter does next: 'done', 'spin' (keep polling), 'yield' (give the core away), or
-   * 'sleep' on rank r's word. Spin, then yield, then sleep: 4 ranks on 2 cores still progress.
-   */
-  private step(word: number, k: number, call: BoardCall, t0: number, i: number): 'done' | 'spin' | 'yield' | number {
-    const r = this.behind(word, k);
-    if (r < 0) return 'done';
-    // More ranks than cores: the rank we wait for may need our core, so yield from the start.
-    if ((i & (this.oversubscribed ? 3 : 255)) !== 0) return 'spin';
-    const dt = performance.now() - t0;
-    if (dt <= SPIN_MS && !this.oversubscribed) return 'spin';
-    this.check(call, r);
-    return dt < (this.oversubscribed ? OVERSUBSCRIBED_YIELD_MS : YIELD_MS) ? 'yield' : r;
-  }
+  /** Sleeps on the word of the first rank behind; it wakes us when it moves (SLEEPERS > 0). */
+  private readonly bell: Doorbell = {
+    sleepSync: (ms) => {
+      const r = this.behind(this.waitWord, this.waitK);
+      if (r < 0) return;
+      const w = this.boards[r].words;
+      const v = this.sleepValue(w);
+      if (v === undefined) return;
+      native.futexWait(w, this.waitWord, v, ms);
+      Atomics.sub(w, SLEEPERS, 1);
+    },
+    sleepAsync: async (ms) => {
+      const r = this.behind(this.waitWord, this.waitK);
+      if (r < 0) return;
+      const w = this.boards[r].words;
+      const v = this.sleepValue(w);
+      if (v === undefined) return;
+      try {
+        await native.futexWaitAsync(w, this.waitWord, v, ms);
+      } finally {
+        Atomics.sub(w, SLEEPERS, 1);
+      }
+    },
+  };
 
-  /** Registers as a sleeper on rank r's word: returns the value to sleep on, or undefined if it moved. */
-  private sleepValue(r: number, word: number, k: number): number | undefined {
-    const w = this.boards[r].words;
+  /** Registers as a sleeper on a peer's word: the value to sleep on, or undefined if it moved. */
+  private sleepValue(w: Int32Array): number | undefined {
     Atomics.add(w, SLEEPERS, 1);
-    const v = Atomics.load(w, word);
-    if (((v - k) | 0) < 0) return v;
+    const v = Atomics.load(w, this.waitWord);
+    if (((v - this.waitK) | 0) < 0) return v;
     Atomics.sub(w, SLEEPERS, 1);
     return undefined;
   }
 
   private waitSync(word: number, k: number, call: BoardCall): void {
-    const t0 = performance.now();
-    for (let i = 0; ; i++) {
-      const s = this.step(word, k, call, t0, i);
-      if (s === 'done') return;
-      if (s === 'yield') native.yieldThread();
-      else if (typeof s === 'number') {
-        const v = this.sleepValue(s, word, k);
-        if (v === undefined) continue;
-        const w = this.boards[s].words;
-        native.futexWait(w, word, v, Math.max(1, Math.min(SLEEP_SLICE_MS, call.deadline.remaining())));
-        Atomics.sub(w, SLEEPERS, 1);
-      }
-    }
+    if (this.behind(word, k) < 0) return;
+    this.waitWord = word;
+    this.waitK = k;
+    this.plan.call = call;
+    waitSync(this.isReady, this.bell, this.plan);
   }
 
-  private async waitAsync(word: number, k: number, call: BoardCall): Promise<void> {
-    const t0 = performance.now();
-    for (let i = 0; ; i++) {
-      const s = this.step(word, k, call, t0, i);
-      if (s === 'done') return;
-      if (s === 'yield') {
-        // Let other callbacks run, and other ranks have the core.
-        await new Promise<void>((res) => setImmediate(res));
-        native.yieldThread();
-      } else if (typeof s === 'number') {
-        const v = this.sleepValue(s, word, k);
-        if (v === undefined) continue;
-        const w = this.boards[s].words;
-        await native.futexWaitAsync(w, word, v, Math.max(1, Math.min(SLEEP_SLICE_MS, call.deadline.remaining())));
-        Atomics.sub(w, SLEEPERS, 1);
-      }
-    }
+  private waitAsync(word: number, k: number, call: BoardCall): Promise<void> {
+    if (this.behind(word, k) < 0) return Promise.resolve();
+    this.waitWord = word;
+    this.waitK = k;
+    this.plan.call = call;
+    return waitAsync(this.isReady, this.bell, this.plan);
   }
 }

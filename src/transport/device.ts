@@ -1,14 +1,15 @@
 /**
- * The transport Device (Gloo's transport::Device): one per process, over one NIC device. It
- * owns the inbox (one ring per peer), the pairs, and progress: polling the completion queue
- * and dispatching each completion to its pair in O(1) by QP number. Waits come in two kinds:
- * `waitSync` busy-polls (then sleeps) the calling thread; `waitAsync` shares one progress loop
- * among every pending promise, so concurrent waiters never starve each other.
+ * The transport Device (Gloo's transport::Device): one per process, over the process's one
+ * NIC device. It owns the inbox (one ring per peer) and the pairs; the NIC's completion
+ * router hands it the completions of its QPs (in O(1) by QP number), and every wait goes
+ * through the router's one waiting loop: `waitSync` blocks the calling thread, `waitAsync`
+ * joins the process's shared progress loop, so concurrent waiters never starve each other.
  */
 import { WeftError } from '../errors.js';
-import { native } from '../native/binding.js';
-import { Deadline } from '../util/deadline.js';
-import { CompletionBatch, Opcode, Status, statusName, type Device as NicDevice, type MemoryRegion, type QueuePair } from '../nic/types.js';
+import { spin } from '../host/wait.js';
+import type { Deadline } from '../util/deadline.js';
+import { Opcode, Status, statusName, type CompletionBatch, type Device as NicDevice, type MemoryRegion, type QueuePair } from '../nic/types.js';
+import type { CompletionRouter, CompletionSink } from '../nic/completion-router.js';
 import { BOARD_BYTES, ringGeometry, type RingGeometry } from './layout.js';
 import { Board } from './board.js';
 import type { TransportOp } from './ops.js';
@@ -38,25 +39,9 @@ function unlabel(message: string, label: string): string {
   return message.startsWith(`${label}: `) ? message.slice(label.length + 2) : message;
 }
 
-/** Async progress: poll this long for completions before waiting on the CQ. */
-const SPIN_MS = 0.2;
-/** ...and let the event loop run at least this often while completions flow. */
-const YIELD_EVERY_MS = 1;
+const NO_OPS: readonly TransportOp[] = [];
 
-/** One event-loop turn: pending microtasks and I/O callbacks run. */
-function turn(): Promise<void> {
-  return new Promise((resolve) => setImmediate(resolve));
-}
-
-interface Waiter {
-  ops: readonly TransportOp[];
-  deadline: Deadline;
-  what: string;
-  resolve(): void;
-  reject(err: unknown): void;
-}
-
-export class Device implements PairHost {
+export class Device implements PairHost, CompletionSink {
   readonly geometry: RingGeometry;
   readonly inbox: MemoryRegion;
   readonly staging: MemoryRegion;
@@ -72,18 +57,22 @@ export class Device implements PairHost {
   readonly pool = new BytePool();
   /** The error that aborted the job, if any: every later operation fails with it. */
   failure: WeftError | undefined;
+  readonly nic: NicDevice;
   private readonly byQpn: (Pair | undefined)[] = [];
-  private readonly batch = new CompletionBatch(256);
-  private readonly waiters: Waiter[] = [];
-  private looping = false;
+  /** Failed completions of the batch being dispatched: handled after its messages. */
+  private readonly failedPairs: Pair[] = [];
+  private readonly failedErrors: (WeftError | undefined)[] = [];
+  private readonly failedStatus: number[] = [];
   closed = false;
 
   constructor(
-    readonly nic: NicDevice,
+    readonly router: CompletionRouter,
     readonly rank: number,
     readonly size: number,
     options: TransportOptions = {},
   ) {
+    const nic = router.device;
+    this.nic = nic;
     const ring = nic.provider === 'shm' ? DEFAULT_RING.shm : DEFAULT_RING.ofi;
     const chunk = options.chunkBytes ?? ring.chunk;
     const slots = options.slots ?? ring.slots;
@@ -115,6 +104,7 @@ export class Device implements PairHost {
       pair.attach(inboxes[p]);
       this.pairs[p] = pair;
       this.byQpn[qp.qpn] = pair;
+      this.router.attach(qp.qpn, this);
     });
     this.board = Board.open(this);
   }
@@ -125,31 +115,35 @@ export class Device implements PairHost {
     return pair;
   }
 
-  /** Polls completions and dispatches them; returns how many were handled. */
+  /** Polls the process's CQ (every owner's completions go to their owner); returns how many. */
   progress(): number {
-    let total = 0;
-    for (;;) {
-      const b = this.batch;
-      const n = this.nic.cq.poll(b);
-      let failures = 0;
-      for (let i = 0; i < n; i++) {
-        const pair = this.byQpn[b.qpn[i]];
-        if (!pair) continue;
-        if (b.status[i] !== Status.SUCCESS) failures++;
-        else if (b.opcode[i] === Opcode.RECV_WRITE_IMM) pair.onImm(b.imm[i]);
-      }
-      // Errors after the messages: an ABORT that explains them (a peer that gave up and closed)
-      // must win over the error its closing caused.
-      for (let i = 0; failures > 0 && i < n; i++) {
-        const pair = this.byQpn[b.qpn[i]];
-        if (pair && b.status[i] !== Status.SUCCESS) {
-          failures--;
-          this.pairFailed(pair, b.errors[i], b.status[i]);
-        }
-      }
-      total += n;
-      if (n < b.capacity) return total;
+    return this.router.poll();
+  }
+
+  /** CompletionSink: a completion of one of our QPs. */
+  take(b: CompletionBatch, i: number): void {
+    const pair = this.byQpn[b.qpn[i]];
+    if (pair === undefined) return;
+    if (b.status[i] !== Status.SUCCESS) {
+      this.failedPairs.push(pair);
+      this.failedErrors.push(b.errors[i]);
+      this.failedStatus.push(b.status[i]);
+    } else if (b.opcode[i] === Opcode.RECV_WRITE_IMM) {
+      pair.onImm(b.imm[i]);
     }
+  }
+
+  /**
+   * Errors after the messages: an ABORT that explains them (a peer that gave up and closed)
+   * must win over the error its closing caused.
+   */
+  endBatch(): void {
+    const n = this.failedPairs.length;
+    if (n === 0) return;
+    for (let i = 0; i < n; i++) this.pairFailed(this.failedPairs[i], this.failedErrors[i], this.failedStatus[i]);
+    this.failedPairs.length = 0;
+    this.failedErrors.length = 0;
+    this.failedStatus.length = 0;
   }
 
   private pairFailed(pair: Pair, err: WeftError | undefined, status: number): void {
@@ -175,7 +169,7 @@ export class Device implements PairHost {
     // mismatched call a peer noticed first still gets EINVAL, not a bare ECLOSED).
     for (const p of this.pairs) p?.sendAbort(`${err.code} ${unlabel(err.message, this.label)}`);
     for (const p of this.pairs) p?.fail(err);
-    this.settleWaiters();
+    this.router.kick();
   }
 
   /** More ranks on this host than cores (the NIC knows): spinning waits yield the core. */
@@ -195,7 +189,7 @@ export class Device implements PairHost {
     const err = new WeftError(code, `${this.label}: the job was aborted by rank ${peer}: ${m ? m[2] : text}`);
     this.failure = err;
     for (const p of this.pairs) p?.fail(err);
-    this.settleWaiters();
+    this.router.kick();
   }
 
   /** Throws the job's failure, if any, before an operation starts. */
@@ -206,116 +200,56 @@ export class Device implements PairHost {
 
   // ------------------------------------------------------------------ waits
 
-  /** Busy-polls until every op settled; throws the first failure or the timeout. */
+  /** Blocks until every op settled (the one waiting loop); throws the first failure or the timeout. */
   waitSync(ops: readonly TransportOp[], deadline: Deadline, what: string): void {
-    for (;;) {
-      this.progress();
-      const r = this.check(ops, deadline, what);
-      if (r === true) return;
-      if (r) throw r;
-      try {
-        this.nic.cq.waitSync({ timeoutMs: Math.max(0, Math.min(deadline.remaining(), 20)) });
-      } catch (err) {
-        if ((err as WeftError).code !== 'ETIMEDOUT') throw err;
-      }
-    }
+    this.router.waitSync(this.opsReady(ops, deadline, what), { deadline, what });
   }
 
   /**
-   * Polls for up to `ms` without yielding; true when every op is done. Async collectives try
-   * this before awaiting: a step whose data is already streaming in finishes without an
-   * event-loop round trip per chunk, and the event loop is held for at most `ms` per step.
+   * Polls for up to `ms` without yielding to the event loop; true when every op is done.
+   * Async collectives try this before awaiting: a step whose data is already streaming in
+   * finishes without an event-loop round trip per chunk, and the event loop is held for at
+   * most `ms` per step. With more ranks than cores, the core is yielded between polls.
    */
   pollFor(ops: readonly TransportOp[], ms: number): boolean {
-    const until = performance.now() + ms;
-    for (let i = 0; ; i++) {
-      // More ranks than cores: the peer we wait for may need this core.
-      if (i > 0 && this.oversubscribed) native.yieldThread();
-      this.progress();
-      let all = true;
-      for (let j = 0; j < ops.length; j++) {
-        const op = ops[j];
-        if (op.error) return false;
-        if (!op.done) all = false;
-      }
-      if (all) return true;
-      if ((i & 15) === 15 && performance.now() > until) return false;
+    this.pollOps = ops;
+    this.pollFailed = false;
+    try {
+      // A failed op ends the spin too; the caller's wait then reports it.
+      return spin(this.pollReady, ms * 1000, this.oversubscribed) && !this.pollFailed;
+    } finally {
+      this.pollOps = NO_OPS;
     }
   }
+
+  private pollFailed = false;
+
+  private pollOps: readonly TransportOp[] = NO_OPS;
+  private readonly pollReady = (): boolean => {
+    this.router.poll();
+    const ops = this.pollOps;
+    let all = true;
+    for (let j = 0; j < ops.length; j++) {
+      const op = ops[j];
+      if (op.error) return (this.pollFailed = true);
+      if (!op.done) all = false;
+    }
+    return all;
+  };
 
   /** Resolves when every op settled; rejects with the first failure or the timeout. */
   waitAsync(ops: readonly TransportOp[], deadline: Deadline, what: string): Promise<void> {
-    this.progress();
-    const r = this.check(ops, deadline, what);
-    if (r === true) return Promise.resolve();
-    if (r) return Promise.reject(r);
-    return new Promise<void>((resolve, reject) => {
-      const w: Waiter = { ops, deadline, what, resolve, reject };
-      this.waiters.push(w);
-      const signal = deadline.signal;
-      if (signal) {
-        const onAbort = () => this.settleWaiters();
-        signal.addEventListener('abort', onAbort, { once: true });
-        const done = () => signal.removeEventListener('abort', onAbort);
-        w.resolve = () => (done(), resolve());
-        w.reject = (e) => (done(), reject(e));
-      }
-      if (!this.looping) void this.loop();
-    });
+    return this.router.waitAsync(this.opsReady(ops, deadline, what), { deadline, what });
   }
 
-  /**
-   * The shared progress loop of async waiters. While completions flow it polls in bursts (up to
-   * SPIN_MS without finding any), giving the event loop a turn at least every YIELD_EVERY_MS
-   * and whenever a waiter was settled (its algorithm then posts its next operations); when
-   * nothing comes, it waits on the completion queue (spin, yield, then sleep).
-   */
-  private async loop(): Promise<void> {
-    this.looping = true;
-    try {
-      let lastTurn = performance.now();
-      while (this.waiters.length > 0) {
-        let n = this.progress();
-        const before = this.waiters.length;
-        this.settleWaiters();
-        if (this.waiters.length === 0) break;
-        let now = performance.now();
-        if (this.waiters.length < before || now - lastTurn > YIELD_EVERY_MS) {
-          await turn();
-          lastTurn = performance.now();
-          continue;
-        }
-        const until = now + SPIN_MS;
-        while (n === 0 && (now = performance.now()) < until) {
-          if (this.oversubscribed) native.yieldThread();
-          n = this.progress();
-        }
-        if (n > 0) continue;
-        let slice = 20;
-        for (const w of this.waiters) slice = Math.min(slice, w.deadline.remaining());
-        try {
-          await this.nic.cq.wait({ timeoutMs: Math.max(0, slice) });
-        } catch (err) {
-          if ((err as WeftError).code !== 'ETIMEDOUT') {
-            for (const w of this.waiters.splice(0)) w.reject(err);
-          }
-        }
-        lastTurn = performance.now();
-      }
-    } finally {
-      this.looping = false;
-    }
-  }
-
-  private settleWaiters(): void {
-    for (let i = 0; i < this.waiters.length; i++) {
-      const w = this.waiters[i];
-      const r = this.check(w.ops, w.deadline, w.what);
-      if (r === false) continue;
-      this.waiters.splice(i--, 1);
-      if (r === true) w.resolve();
-      else w.reject(r);
-    }
+  /** The condition of a wait for `ops`: true when all are done; throws the failure or the timeout. */
+  private opsReady(ops: readonly TransportOp[], deadline: Deadline, what: string): () => boolean {
+    return () => {
+      const r = this.check(ops, deadline, what);
+      if (r === true) return true;
+      if (r) throw r;
+      return false;
+    };
   }
 
   /** true: all done; an error: stop with it; false: keep waiting. */
@@ -358,6 +292,7 @@ export class Device implements PairHost {
     this.closed = true;
     const err = new WeftError('ECLOSED', `${this.label}: the context was closed`);
     for (const p of this.pairs) p?.fail(err);
-    for (const w of this.waiters.splice(0)) w.reject(err);
+    for (const p of this.pairs) if (p) this.router.detach(p.qp.qpn, this);
+    this.router.kick();
   }
 }

@@ -13,7 +13,7 @@
  * local staging ring that mirrors the peer's, and one WRITE_IMM carries them.
  */
 import { WeftError } from '../errors.js';
-import { copyInto } from '../util/copy.js';
+import { copyInto } from '../host/copy.js';
 import { reduceInto } from '../reduce/index.js';
 import type { MemoryRegion, QueuePair, RemoteRegion } from '../nic/types.js';
 import * as L from './layout.js';

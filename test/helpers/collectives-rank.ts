@@ -5,7 +5,7 @@
 //   kill      allreduce in a loop; the last rank SIGKILLs itself mid-way
 //   shared    allreduce over ctx.alloc arrays read in place (shm), mixed with heap arrays
 // Prints "ok rank R: N checks" at the end, or throws (exit code 1) naming the failed case.
-import { init, WeftError, UnboundBuffer, createSendBuffer, createRecvBuffer, type Context, type TypedArray } from '../../src/index.js';
+import { init, WeftError, UnboundBuffer, createSendBuffer, createRecvBuffer, type ProcessGroup, type TypedArray } from '../../src/index.js';
 import type { ReduceOp } from '../../src/reduce/index.js';
 
 type Ctor = { new (n: number): TypedArray; name: string; BYTES_PER_ELEMENT: number };
@@ -82,7 +82,7 @@ function same(what: string, got: TypedArray, want: TypedArray, from = 0, len = w
 const ALL: Ctor[] = [Float32Array, Float64Array, Int8Array, Uint8Array, Int16Array, Uint16Array, Int32Array, Uint32Array, BigInt64Array, BigUint64Array];
 const SIZES = [0, 1, 7, 1000];
 
-async function matrix(c: Context): Promise<void> {
+async function matrix(c: ProcessGroup): Promise<void> {
   // allreduce: every dtype with sum; every op on a few dtypes; each algorithm; in/out of place; async/sync.
   for (const C of ALL) {
     for (const n of [...SIZES, ...(C === Float32Array || C === Int32Array ? [big] : [])]) {
@@ -232,7 +232,7 @@ async function matrix(c: Context): Promise<void> {
 }
 
 /** Gloo's transport vocabulary directly: unbound buffers (any source, abort) and bound buffers. */
-async function transport(c: Context): Promise<void> {
+async function transport(c: ProcessGroup): Promise<void> {
   const dev = c.transport;
   const right = (rank + 1) % size;
   const left = (rank + size - 1) % size;
@@ -290,13 +290,13 @@ async function transport(c: Context): Promise<void> {
 }
 
 /** A ctx.alloc array holding `data`. */
-function allocOf(c: Context, C: Ctor, data: TypedArray): TypedArray {
+function allocOf(c: ProcessGroup, C: Ctor, data: TypedArray): TypedArray {
   const a = c.alloc(C as never, data.length) as TypedArray;
   (a as { set(d: TypedArray): void }).set(data);
   return a;
 }
 
-async function shared(c: Context): Promise<void> {
+async function shared(c: ProcessGroup): Promise<void> {
   for (const C of [Float32Array, Int32Array, Float64Array, BigInt64Array, Uint8Array] as Ctor[]) {
     for (const n of [70_001, big]) {
       // 'shared' forced never falls back to the ring: it fails unless every rank's arrays are shared.
@@ -346,7 +346,7 @@ async function shared(c: Context): Promise<void> {
  * Collectives over ctx.alloc arrays on any provider. On ofi, sends of at least 64 KiB from such
  * arrays are written from them in place (no staging copy) and finish on the peer's credit.
  */
-async function registered(c: Context): Promise<void> {
+async function registered(c: ProcessGroup): Promise<void> {
   for (const C of [Float32Array, Int32Array, Float64Array, BigInt64Array, Uint8Array] as Ctor[]) {
     for (const n of [70_001, big]) {
       const x = allocOf(c, C, gen(C, rank, n));
@@ -385,7 +385,7 @@ async function registered(c: Context): Promise<void> {
 }
 
 /** Modes that run a set of checks and report how many passed. */
-const checked: Record<string, (c: Context) => Promise<void>> = { registered, shared, transport, matrix };
+const checked: Record<string, (c: ProcessGroup) => Promise<void>> = { registered, shared, transport, matrix };
 
 if (mode in checked) {
   await checked[mode](ctx);

@@ -7,7 +7,7 @@
  * reach rank 1 before rank 1's connect(). Every answer must come back correct, then
  * `args.late` more requests each way.
  */
-import { createContext, type Endpoint } from '../../src/rpc/index.js';
+import { createRpcEngine, type Endpoint } from '../../src/rpc/index.js';
 import type { WeftError } from '../../src/errors.js';
 import { exchange, unb64 } from './rpc-mesh.js';
 import type { WorkerEnv } from './rpc-onesided.js';
@@ -43,7 +43,7 @@ export async function earlyBatchScenario(env: WorkerEnv): Promise<void> {
   const delayMs = Number(args.delayMs ?? 400);
   const timeoutMs = Number(args.timeoutMs ?? 5000);
   const peer = 1 - rank;
-  const ctx = await createContext<unknown>({ provider, label: `rank ${rank}` });
+  const ctx = await createRpcEngine<unknown>({ provider, label: `rank ${rank}` });
   const wrong: string[] = [];
   let ok = 0;
   const ask = (ep: Endpoint<unknown>, i: number, what: string) => {

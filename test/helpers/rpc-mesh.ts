@@ -3,7 +3,7 @@
  * with the other workers over the parent's IPC relay (the parent stands in for a store) and
  * returns connected endpoints, eps[p] toward rank p.
  */
-import { createContext, type Context, type ContextOptions, type Endpoint, type EndpointOptions } from '../../src/rpc/index.js';
+import { createRpcEngine, type RpcEngine, type CreateRpcEngineOptions, type Endpoint, type EndpointOptions } from '../../src/rpc/index.js';
 
 type Entry = { type: 'addr'; rank: number; addrs: Record<number, string>; descs: string[] };
 
@@ -25,7 +25,7 @@ export function exchange(rank: number, blobs: Record<number, Uint8Array>, descs:
 export const unb64 = (s: string) => new Uint8Array(Buffer.from(s, 'base64'));
 
 export interface RpcMesh<U> {
-  ctx: Context<U>;
+  ctx: RpcEngine<U>;
   eps: (Endpoint<U> | undefined)[];
   /** Peers' extra descriptors (descs[p][i]). */
   descs: Uint8Array[][];
@@ -36,8 +36,8 @@ export interface RpcMesh<U> {
  * `extraDescs(ctx)`, when given, returns descriptors (e.g. of ctx.allocate'd regions) that
  * travel in the same exchange; the peers find them in `descs[rank]`.
  */
-export async function joinRpcMesh<U>(rank: number, n: number, provider: string, ctxOptions: ContextOptions = {}, epOptions: EndpointOptions = {}, only?: number[], extraDescs?: (ctx: Context<U>) => Uint8Array[]): Promise<RpcMesh<U>> {
-  const ctx = await createContext<U>({ provider, label: `rank ${rank}`, ...ctxOptions });
+export async function joinRpcMesh<U>(rank: number, n: number, provider: string, ctxOptions: CreateRpcEngineOptions = {}, epOptions: EndpointOptions = {}, only?: number[], extraDescs?: (ctx: RpcEngine<U>) => Uint8Array[]): Promise<RpcMesh<U>> {
+  const ctx = await createRpcEngine<U>({ provider, label: `rank ${rank}`, ...ctxOptions });
   const eps: (Endpoint<U> | undefined)[] = [];
   const blobs: Record<number, Uint8Array> = {};
   for (let p = 0; p < n; p++) {

@@ -10,7 +10,7 @@
  *                 answers a round when the parent relays rank 0's 'release-round' event
  * Every loop that waits for something has a deadline and fails with what it was waiting for.
  */
-import { RING_FULL, internalAllowance, type Context, type Endpoint, type RecvHandle } from '../../src/rpc/index.js';
+import { RING_FULL, internalAllowance, type RpcEngine, type Endpoint, type RecvHandle } from '../../src/rpc/index.js';
 import type { MemoryRegion } from '../../src/nic/index.js';
 import type { WeftError } from '../../src/errors.js';
 import { fnv, joinRpcMesh } from './rpc-mesh.js';
@@ -28,7 +28,7 @@ const enc = (x: unknown) => new TextEncoder().encode(JSON.stringify(x));
 const dec = (b: Uint8Array) => JSON.parse(new TextDecoder().decode(b)) as unknown;
 
 /** Waits on the context's CQ for at most `ms`; a timeout only means "loop again". */
-async function waitBriefly(ctx: Context<any>, ms: number): Promise<void> {
+async function waitBriefly(ctx: RpcEngine<any>, ms: number): Promise<void> {
   try {
     await ctx.wait({ timeoutMs: ms });
   } catch (err) {
@@ -40,7 +40,7 @@ async function waitBriefly(ctx: Context<any>, ms: number): Promise<void> {
  * Polls `ctx` (this code owns its poll: no driver may run meanwhile) until `done()`; throws
  * after `ms`, naming `what` and the state `describe()` gives.
  */
-async function pollUntil(ctx: Context<any>, what: string, done: () => boolean, ms: number, describe: () => string = () => '', onResponse?: Parameters<Context<any>['poll']>[0], onFailed?: Parameters<Context<any>['poll']>[1]): Promise<void> {
+async function pollUntil(ctx: RpcEngine<any>, what: string, done: () => boolean, ms: number, describe: () => string = () => '', onResponse?: Parameters<RpcEngine<any>['poll']>[0], onFailed?: Parameters<RpcEngine<any>['poll']>[1]): Promise<void> {
   const deadline = performance.now() + ms;
   let turns = 0;
   while (!done()) {

@@ -4,7 +4,7 @@
  * a context, connects to every other rank with connectRpcMesh, serves, and requests every
  * other rank. Rank 0 first checks that out-of-range ranks and sizes reject with EINVAL.
  */
-import { connectRpcMesh, createContext, type Endpoint } from '../../src/rpc/index.js';
+import { connectRpcMesh, createRpcEngine, type Endpoint } from '../../src/rpc/index.js';
 import { openStore } from '../../src/rendezvous/open.js';
 import type { PrefixStore } from '../../src/rendezvous/prefix-store.js';
 import type { WeftError } from '../../src/errors.js';
@@ -24,7 +24,7 @@ export async function storeMeshScenario(env: WorkerEnv): Promise<void> {
   const url = String(args.url);
   const perPeer = Number(args.perPeer ?? 20);
   const store = await openStore(url, { timeoutMs: 10_000 });
-  const ctx = await createContext<unknown>({ provider, label: `rank ${rank}` });
+  const ctx = await createRpcEngine<unknown>({ provider, label: `rank ${rank}` });
 
   // Bad ranks and sizes reject before anything is created or published.
   const negative: { rank: number; size: number; outcome: string }[] = [];

@@ -5,7 +5,7 @@
  * endpoint connects to it like to any peer.
  */
 import { createDevice, CompletionBatch, Opcode, Status, type Device, type MemoryRegion, type QueuePair, type RemoteRegion } from '../../src/nic/index.js';
-import { createContext, decodeEndpointInfo, encodeEndpointInfo, writeFlowMetadata, writeHeader, type RecvHandle } from '../../src/rpc/index.js';
+import { createRpcEngine, decodeEndpointInfo, encodeEndpointInfo, writeFlowMetadata, writeHeader, type RecvHandle } from '../../src/rpc/index.js';
 import type { WeftError } from '../../src/errors.js';
 import { exchange, unb64 } from './rpc-mesh.js';
 
@@ -111,7 +111,7 @@ export async function wireScenario(rank: number, _n: number, provider: string, _
     dev.close();
     return;
   }
-  const ctx = await createContext<string>({ provider, label: 'rank 0', debug: true });
+  const ctx = await createRpcEngine<string>({ provider, label: 'rank 0', debug: true });
   const ep = ctx.createEndpoint({ sendRingSize: RING, recvRingSize: RING, maxRespReservation: 64, peerLabel: 'rank 1' });
   const table = await exchange(rank, { 1: ep.localInfo() });
   ep.connect(unb64(table.get(1)!.addrs[0]));
@@ -185,7 +185,7 @@ export async function malformedScenario(rank: number, _n: number, provider: stri
     dev.close();
     return;
   }
-  const ctx = await createContext<string>({ provider, label: `rank ${rank}` });
+  const ctx = await createRpcEngine<string>({ provider, label: `rank ${rank}` });
   if (rank === 1) {
     const ep = ctx.createEndpoint({ sendRingSize: 1 << 14, recvRingSize: 1 << 14, peerLabel: 'rank 0' });
     const table = await exchange(rank, { 0: ep.localInfo() });

@@ -8,20 +8,20 @@
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { createContext, type Context } from '../../src/rpc/index.js';
+import { createRpcEngine, type RpcEngine } from '../../src/rpc/index.js';
 import { WeftError } from '../../src/errors.js';
 
 const RING = { sendRingSize: 1 << 14, recvRingSize: 1 << 14 };
 
 /** Fills the context to its 1024 credits, checks the next createEndpoint throws, closes them. */
-function checkFull(ctx: Context<unknown>, where: string): void {
+function checkFull(ctx: RpcEngine<unknown>, where: string): void {
   const eps = Array.from({ length: 16 }, () => ctx.createEndpoint(RING));
   assert.throws(() => ctx.createEndpoint(RING), (e: WeftError) => e.code === 'EINVAL' && /already hold 1024 of the 1024 shared receive credits/.test(e.message), `${where}: a 17th endpoint`);
   for (const ep of eps) ep.close();
 }
 
 test('endpoints created and closed without connect give their credits back', async () => {
-  const ctx = await createContext<unknown>({ provider: 'shm', label: 'credits' });
+  const ctx = await createRpcEngine<unknown>({ provider: 'shm', label: 'credits' });
   try {
     assert.is(ctx.srqSize, 1024);
     for (let i = 0; i < 40; i++) {
@@ -39,7 +39,7 @@ test('endpoints created and closed without connect give their credits back', asy
 });
 
 test('connected endpoints give their credits back on close', async () => {
-  const ctx = await createContext<unknown>({ provider: 'shm', label: 'credits' });
+  const ctx = await createRpcEngine<unknown>({ provider: 'shm', label: 'credits' });
   const server = ctx.serve((p) => p.map((b) => b ^ 0x5a));
   try {
     for (let i = 0; i < 40; i++) {
@@ -66,7 +66,7 @@ test('connected endpoints give their credits back on close', async () => {
 });
 
 test('a failed endpoint gives its credits back once, not again at close', async () => {
-  const ctx = await createContext<unknown>({ provider: 'shm', label: 'credits' });
+  const ctx = await createRpcEngine<unknown>({ provider: 'shm', label: 'credits' });
   try {
     for (let i = 0; i < 40; i++) {
       const a = ctx.createEndpoint(RING);

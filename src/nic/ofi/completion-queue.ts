@@ -4,24 +4,14 @@
  * Incoming WRITE_IMMs are reported directly (the target QP and length travel in the high
  * word of the remote CQ data, see layout.ts); local completions go through their QP's
  * in-flight ring, which reports them in post order via the device's LocalCompletions.
- * Waiting spins, then yields, then sleeps on the CQ's wait fd on the libuv loop (tcp) or in
- * short slices (shm has no fd), waking at least every 100 ms to check peers and timeouts.
+ * Waits go through the one waiting loop (host/wait.ts); its doorbell here is the CQ's wait fd
+ * (on the libuv loop for async waits) or, for providers without one (shm), a short timer.
  */
-import { WeftError } from '../../errors.js';
-import { native } from '../../native/binding.js';
-import { Deadline, type WaitOptions } from '../../util/deadline.js';
+import { waitAsync, waitSync, planFor, type Doorbell } from '../../host/wait.js';
+import type { WaitOptions } from '../../util/deadline.js';
 import { CompletionBatch, Opcode, Status, type CompletionQueue } from '../types.js';
 import type { OfiDevice } from './device.js';
 import * as L from './layout.js';
-
-const SPIN_US = 50;
-const YIELD_US = 2000;
-/**
- * With more processes than cores, poll between yields this long before sleeping: a yield hands
- * the core straight to a rank that needs it, a sleep costs a wake-up through the scheduler.
- */
-const OVERSUBSCRIBED_YIELD_US = 20_000;
-const SLEEP_SLICE_MS = 100;
 
 export class OfiCompletionQueue implements CompletionQueue {
   /** Entries taken by ready() and not yet handed to a caller. */
@@ -80,7 +70,7 @@ export class OfiCompletionQueue implements CompletionQueue {
         out.opcode[o] = Opcode.RECV_WRITE_IMM;
         out.status[o] = Status.SUCCESS;
         out.imm[o] = w[b + L.OUT_DATA];
-        out.byteLength[o] = qp.onArrival(lenField, dev.autoRepost);
+        out.byteLength[o] = qp.onArrival(lenField);
         out.wrId[o] = 0;
         out.errors[o] = undefined;
         continue;
@@ -131,74 +121,22 @@ export class OfiCompletionQueue implements CompletionQueue {
     return this.held.count > 0;
   }
 
-  async wait(options: WaitOptions = {}): Promise<void> {
-    const dev = this.dev;
-    const what = `${dev.label}: wait for completions`;
-    if (this.ready()) return;
-    const deadline = new Deadline(options.timeoutMs, options.signal);
-    if (this.spin()) return;
-    const yieldUntil = performance.now() + (dev.oversubscribed ? OVERSUBSCRIBED_YIELD_US : YIELD_US) / 1000;
-    while (performance.now() < yieldUntil) {
-      await new Promise<void>((r) => setImmediate(r));
-      if (this.ready()) return;
-      if (dev.oversubscribed) {
-        native.yieldThread();
-        if (this.ready()) return;
-      }
-      deadline.check(what);
-    }
-    dev.publishAll();
-    const aborted = abortPromise(options.signal, what);
-    try {
-      for (;;) {
-        deadline.check(what);
-        const slice = Math.max(1, Math.min(deadline.remaining(), SLEEP_SLICE_MS));
-        const sleep = dev.sleepAsync(slice);
-        await (aborted ? Promise.race([sleep, aborted.promise]) : sleep);
-        if (this.ready()) return;
-      }
-    } finally {
-      aborted?.dispose();
-    }
+  /** libfabric's CQ wait fd (fi_trywait first, in the native wait), or a timer without one. */
+  readonly doorbell: Doorbell = {
+    beforeSleep: () => this.dev.publishAll(),
+    sleepSync: (ms) => void this.dev.ep.waitSync(ms),
+    sleepAsync: (ms) => this.dev.sleepAsync(ms),
+  };
+
+  private readonly isReady = () => this.ready();
+
+  wait(options: WaitOptions = {}): Promise<void> {
+    if (this.ready()) return Promise.resolve();
+    return waitAsync(this.isReady, this.doorbell, planFor(this.dev.oversubscribed, `${this.dev.label}: wait for completions`, options));
   }
 
   waitSync(options: WaitOptions = {}): void {
-    const what = `${this.dev.label}: waitSync for completions`;
     if (this.ready()) return;
-    const deadline = new Deadline(options.timeoutMs, options.signal);
-    if (this.spin()) return;
-    if (this.dev.oversubscribed) {
-      const yieldUntil = performance.now() + OVERSUBSCRIBED_YIELD_US / 1000;
-      while (performance.now() < yieldUntil) {
-        native.yieldThread();
-        if (this.ready()) return;
-      }
-      deadline.check(what);
-    }
-    this.dev.publishAll();
-    for (;;) {
-      deadline.check(what);
-      this.dev.ep.waitSync(Math.max(1, Math.min(deadline.remaining(), SLEEP_SLICE_MS)));
-      if (this.ready()) return;
-    }
+    waitSync(this.isReady, this.doorbell, planFor(this.dev.oversubscribed, `${this.dev.label}: waitSync for completions`, options));
   }
-
-  private spin(): boolean {
-    const until = performance.now() + (this.dev.oversubscribed ? SPIN_US / 10 : SPIN_US) / 1000;
-    for (let i = 1; ; i++) {
-      if (this.ready()) return true;
-      if ((i & 15) === 0 && performance.now() > until) return false;
-    }
-  }
-}
-
-function abortPromise(signal: AbortSignal | undefined, what: string): { promise: Promise<never>; dispose(): void } | undefined {
-  if (!signal) return undefined;
-  let onAbort: () => void = () => {};
-  const promise = new Promise<never>((_, reject) => {
-    onAbort = () => reject(new WeftError('EABORTED', `${what}: aborted by the caller's AbortSignal`, { cause: signal.reason }));
-    signal.addEventListener('abort', onAbort, { once: true });
-  });
-  promise.catch(() => {});
-  return { promise, dispose: () => signal.removeEventListener('abort', onAbort) };
 }

@@ -19,8 +19,8 @@ import { availableParallelism } from 'node:os';
 import { randomInt } from 'node:crypto';
 import { WeftError } from '../../errors.js';
 import { native, type OfiEndpoint } from '../../native/binding.js';
-import { localIdentity, type ProcessIdentity } from '../identity.js';
-import { localPlacement } from '../../util/placement.js';
+import { localIdentity, type ProcessIdentity } from '../../host/identity.js';
+import { localPlacement } from '../../host/placement.js';
 import { LocalCompletions } from '../local-completions.js';
 import { Status, type Device, type DeviceOptions, type MemoryRegion, type QueuePair, type QueuePairOptions } from '../types.js';
 import { CommandBuffer } from './commands.js';
@@ -172,7 +172,7 @@ export class OfiDevice implements Device, QpHost {
     }
     if (qpn < 0) throw new WeftError('EINVAL', `${this.label}: more than ${L.MAX_QPS} queue pairs on one device`);
     this.nextQpn = (qpn + 1) % L.MAX_QPS;
-    const qp = new OfiQueuePair(this, qpn, this.nextGen++ & 0xfffff || this.nextGen++, options.peerLabel ?? `peer of QP ${qpn}`, credits);
+    const qp = new OfiQueuePair(this, qpn, this.nextGen++ & 0xfffff || this.nextGen++, options.peerLabel ?? `peer of QP ${qpn}`, credits, options.autoRepost ?? this.autoRepost);
     this.qps[qpn] = qp;
     return qp;
   }

@@ -11,7 +11,7 @@
  * and a READ may stall shm). Re-import the descriptor, or stop peers before deregistering.
  */
 import { WeftError } from '../../errors.js';
-import type { ProcessIdentity } from '../identity.js';
+import type { ProcessIdentity } from '../../host/identity.js';
 import type { MemoryRegion, RemoteRegion } from '../types.js';
 import { encodeDescriptor } from './wire.js';
 import { MR_ENTRY, MR_TABLE } from './layout.js';

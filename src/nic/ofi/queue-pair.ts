@@ -18,7 +18,7 @@
  */
 import { OP_NAMES, QueuePairBase } from '../queue-pair-base.js';
 import { WeftError, type WeftErrorCode } from '../../errors.js';
-import { isPeerAlive, type ProcessIdentity } from '../identity.js';
+import { isPeerAlive, type ProcessIdentity } from '../../host/identity.js';
 import type { LocalCompletions } from '../local-completions.js';
 import { Opcode, Status, type MemoryRegion, type QueuePair, type RemoteRegion } from '../types.js';
 import type { CommandBuffer } from './commands.js';
@@ -113,6 +113,7 @@ export class OfiQueuePair extends QueuePairBase implements QueuePair {
     readonly gen: number,
     readonly peerLabel: string,
     recvCredits: number,
+    readonly autoRepost: boolean,
   ) {
     super();
     this.ctxHi = L.ctxHi(qpn, L.CTX_USER, gen);
@@ -338,14 +339,14 @@ export class OfiQueuePair extends QueuePairBase implements QueuePair {
   }
 
   /** A WRITE_IMM from the peer landed (the CQ reports it); returns its length. */
-  onArrival(lenField: number, autoRepost: boolean): number {
+  onArrival(lenField: number): number {
     let len = lenField;
     if (lenField === L.LEN_ESCAPE) {
       len = this.host.ctl32[(L.BIGLEN_IN >> 2) + this.qpn];
       this.bigConsumed = (this.bigConsumed + 1) >>> 0;
       this.host.dirty(this);
     }
-    if (autoRepost) {
+    if (this.autoRepost) {
       this.granted = (this.granted + 1) | 0;
       if (++this.unpublished >= this.grantBatch) this.host.dirty(this);
     }

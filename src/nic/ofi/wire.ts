@@ -17,7 +17,7 @@
  *   48 u32 generation (random, nonzero)   52 u32 length   56 u64 address   64 u64 key
  */
 import { WeftError } from '../../errors.js';
-import { decodeIdentity, encodeIdentity, IDENTITY_BYTES, type ProcessIdentity } from '../identity.js';
+import { decodeIdentity, encodeIdentity, IDENTITY_BYTES, type ProcessIdentity } from '../../host/identity.js';
 
 export const QP_MAGIC = 0x31505157;
 export const MR_MAGIC = 0x31524d57;

@@ -1,27 +1,16 @@
 /**
  * The shm completion queue: local completions first, then the multi-producer ring in this
  * device's control segment, where peers reserve a slot with fetch-add and commit it by
- * storing `position + 1` into its sequence word. Waiting spins, then yields the core, then
- * sleeps on the doorbell futex (peers ring it only while the SLEEPING count is nonzero).
+ * storing `position + 1` into its sequence word. Waits go through the one waiting loop
+ * (host/wait.ts); its doorbell here is a futex on the control segment that peers ring only
+ * while the SLEEPING count is nonzero.
  */
 import { native } from '../../native/binding.js';
-import { WeftError } from '../../errors.js';
-import { Deadline, type WaitOptions } from '../../util/deadline.js';
+import { waitAsync, waitSync, planFor, type Doorbell } from '../../host/wait.js';
+import type { WaitOptions } from '../../util/deadline.js';
 import { CompletionBatch, Opcode, Status, type CompletionQueue } from '../types.js';
 import type { ShmDevice } from './device.js';
 import * as L from './layout.js';
-
-/** Busy-poll this long before yielding (covers a round trip between spinning peers). */
-const SPIN_US = 50;
-/** Then yield the core this long before sleeping (lets oversubscribed ranks run). */
-const YIELD_US = 2000;
-/**
- * With more processes than cores, yield this long: a yield hands the core straight to the
- * runnable peer, while a futex wake-up costs tens of microseconds or a scheduler tick.
- */
-const OVERSUBSCRIBED_YIELD_US = 20_000;
-/** Sleep in slices this long, checking peers' liveness between slices. */
-const SLEEP_SLICE_MS = 50;
 
 /** A reserved-but-uncommitted slot is skipped after this long, once a peer has died. */
 const HOLE_MS = 200;
@@ -63,11 +52,11 @@ export class ShmCompletionQueue implements CompletionQueue {
       out.wrId[n] = 0;
       out.errors[n] = undefined;
       n++;
-      if (dev.autoRepost) dev.deferGrant(qpn);
+      if (qp.autoRepost) dev.deferGrant(qpn);
     }
     if (head !== start) {
       this.head = head;
-      if (dev.autoRepost) dev.flushGrants(false);
+      if (dev.deferredCount > 0) dev.flushGrants(false);
     }
     if (n < max && dev.local.size > 0) n += dev.local.drain(out, n, max - n);
     out.count = n;
@@ -105,85 +94,37 @@ export class ShmCompletionQueue implements CompletionQueue {
     return dev.local.size > 0;
   }
 
-  async wait(options: WaitOptions = {}): Promise<void> {
-    if (this.ready()) return;
-    const what = `${this.dev.label}: wait for completions`;
-    const deadline = new Deadline(options.timeoutMs, options.signal);
-    if (this.spin()) return;
-    const yieldUntil = performance.now() + (this.dev.oversubscribed ? OVERSUBSCRIBED_YIELD_US : YIELD_US) / 1000;
-    while (performance.now() < yieldUntil) {
-      await new Promise<void>((r) => setImmediate(r));
-      if (this.ready()) return;
-      native.yieldThread();
-      if (this.ready()) return;
-      deadline.check(what);
-    }
-    const c = this.dev.ctl;
-    this.dev.flushGrants(true);
-    const aborted = abortPromise(options.signal);
-    let asleep = false;
-    try {
-      for (;;) {
-        deadline.check(what);
-        Atomics.add(c, L.SLEEPING, 1);
-        asleep = true;
+  /** The futex peers ring after committing a completion, while someone sleeps on it. */
+  readonly doorbell: Doorbell = {
+    beforeSleep: () => this.dev.flushGrants(true),
+    sleepSync: (ms, ready) => {
+      const c = this.dev.ctl;
+      Atomics.add(c, L.SLEEPING, 1);
+      const bell = Atomics.load(c, L.DOORBELL);
+      if (!ready()) native.futexWait(c, L.DOORBELL, bell, ms);
+      Atomics.sub(c, L.SLEEPING, 1);
+    },
+    sleepAsync: async (ms, ready) => {
+      const c = this.dev.ctl;
+      Atomics.add(c, L.SLEEPING, 1);
+      try {
         const bell = Atomics.load(c, L.DOORBELL);
-        if (!this.ready()) {
-          const slice = Math.max(1, Math.min(deadline.remaining(), SLEEP_SLICE_MS));
-          const sleep = native.futexWaitAsync(c, L.DOORBELL, bell, slice);
-          await (aborted ? Promise.race([sleep, aborted.promise]) : sleep);
-        }
+        if (!ready()) await native.futexWaitAsync(c, L.DOORBELL, bell, ms);
+      } finally {
         Atomics.sub(c, L.SLEEPING, 1);
-        asleep = false;
-        if (this.ready()) return;
       }
-    } finally {
-      if (asleep) Atomics.sub(c, L.SLEEPING, 1);
-      aborted?.dispose();
-    }
+    },
+  };
+
+  private readonly isReady = () => this.ready();
+
+  wait(options: WaitOptions = {}): Promise<void> {
+    if (this.ready()) return Promise.resolve();
+    return waitAsync(this.isReady, this.doorbell, planFor(this.dev.oversubscribed, `${this.dev.label}: wait for completions`, options));
   }
 
   waitSync(options: WaitOptions = {}): void {
     if (this.ready()) return;
-    const what = `${this.dev.label}: waitSync for completions`;
-    const deadline = new Deadline(options.timeoutMs, options.signal);
-    if (this.spin()) return;
-    const yieldUntil = performance.now() + (this.dev.oversubscribed ? OVERSUBSCRIBED_YIELD_US : YIELD_US) / 1000;
-    while (performance.now() < yieldUntil) {
-      native.yieldThread();
-      if (this.ready()) return;
-    }
-    const c = this.dev.ctl;
-    this.dev.flushGrants(true);
-    for (;;) {
-      deadline.check(what);
-      Atomics.add(c, L.SLEEPING, 1);
-      const bell = Atomics.load(c, L.DOORBELL);
-      if (!this.ready()) native.futexWait(c, L.DOORBELL, bell, Math.max(1, Math.min(deadline.remaining(), SLEEP_SLICE_MS)));
-      Atomics.sub(c, L.SLEEPING, 1);
-      if (this.ready()) return;
-    }
+    waitSync(this.isReady, this.doorbell, planFor(this.dev.oversubscribed, `${this.dev.label}: waitSync for completions`, options));
   }
-
-  private spin(): boolean {
-    // Oversubscribed (more ranks than cores), the peer we wait for may need this core: a short
-    // spin, then the yield phase hands the core over.
-    const until = performance.now() + (this.dev.oversubscribed ? SPIN_US / 10 : SPIN_US) / 1000;
-    for (let i = 1; ; i++) {
-      if (this.ready()) return true;
-      if ((i & 63) === 0 && performance.now() > until) return false;
-    }
-  }
-}
-
-/** A promise that rejects when `signal` aborts, with a way to drop the listener. */
-function abortPromise(signal: AbortSignal | undefined): { promise: Promise<never>; dispose(): void } | undefined {
-  if (!signal) return undefined;
-  let onAbort: () => void = () => {};
-  const promise = new Promise<never>((_, reject) => {
-    onAbort = () => reject(new WeftError('EABORTED', 'wait for completions: aborted by the caller\'s AbortSignal', { cause: signal.reason }));
-    signal.addEventListener('abort', onAbort, { once: true });
-  });
-  promise.catch(() => {});
-  return { promise, dispose: () => signal.removeEventListener('abort', onAbort) };
 }

@@ -5,14 +5,14 @@
 import { availableParallelism } from 'node:os';
 import { randomInt } from 'node:crypto';
 import { WeftError } from '../../errors.js';
-import { localIdentity, type ProcessIdentity } from '../identity.js';
+import { localIdentity, type ProcessIdentity } from '../../host/identity.js';
 import { LocalCompletions } from '../local-completions.js';
 import type { Device, DeviceOptions, MemoryRegion, QueuePair, QueuePairOptions } from '../types.js';
 import { ShmCompletionQueue } from './completion-queue.js';
 import { ShmMemoryRegion } from './memory.js';
 import { PeerControl } from './peer.js';
 import { ShmQueuePair, type QpHost } from './queue-pair.js';
-import { createSegment, devicePrefix, sweepDeadSegments, unlinkSegment } from './segments.js';
+import { createSegment, devicePrefix, sweepDeadSegments, unlinkSegment } from '../../host/segments.js';
 
 /** Cores this process may run on: waiting spins less when peers outnumber them. */
 const CORES = availableParallelism();
@@ -62,12 +62,13 @@ export class ShmDevice implements Device, QpHost {
   private lastPeerCheck = 0;
   /** When a peer was last found dead (0: never). */
   lastPeerDeath = 0;
-  /** Credits consumed by polled completions and not yet published, per QP (autoRepost). */
+  /** Credits consumed by polled completions and not yet published, per QP (QPs with autoRepost). */
   private readonly deferred = new Int32Array(L.MAX_QPS);
   /** Publish deferred credits once this many accumulate (or the peer waits for them). */
   private readonly grantBatch = new Int32Array(L.MAX_QPS);
   private readonly deferredQps = new Int32Array(L.MAX_QPS);
-  private deferredCount = 0;
+  /** QPs in deferredQps (the CQ flushes grants only when some are deferred). */
+  deferredCount = 0;
   private closed = false;
 
   constructor(options: ShmDeviceOptions = {}) {
@@ -150,7 +151,7 @@ export class ShmDevice implements Device, QpHost {
     this.checkOpen('createQueuePair');
     const qpn = this.qps.indexOf(undefined);
     if (qpn < 0) throw new WeftError('EINVAL', `${this.label}: more than ${L.MAX_QPS} queue pairs on one device`);
-    const qp = new ShmQueuePair(this, qpn, options.peerLabel ?? `peer of QP ${qpn}`);
+    const qp = new ShmQueuePair(this, qpn, options.peerLabel ?? `peer of QP ${qpn}`, options.autoRepost ?? this.autoRepost);
     Atomics.store(this.ctl, L.QP_GRANTED + qpn, 0);
     Atomics.store(this.ctl, L.QP_WAITER + qpn, 0);
     this.qps[qpn] = qp;

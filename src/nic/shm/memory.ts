@@ -5,7 +5,7 @@
  * completion, never a stray write. Descriptor layout: docs/wire-format.md.
  */
 import { WeftError } from '../../errors.js';
-import type { ProcessIdentity } from '../identity.js';
+import type { ProcessIdentity } from '../../host/identity.js';
 import { BLOB_HEAD_BYTES, newBlob, PROVIDER_TAG, readBlob } from '../blob.js';
 import type { MemoryRegion, RemoteRegion } from '../types.js';
 import type { PeerControl } from './peer.js';

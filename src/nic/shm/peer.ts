@@ -4,8 +4,8 @@
  */
 import { native } from '../../native/binding.js';
 import { WeftError } from '../../errors.js';
-import { isPeerAlive, type ProcessIdentity } from '../identity.js';
-import { openSegment } from './segments.js';
+import { isPeerAlive, type ProcessIdentity } from '../../host/identity.js';
+import { openSegment } from '../../host/segments.js';
 import * as L from './layout.js';
 
 export class PeerControl {

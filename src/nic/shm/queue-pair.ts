@@ -7,13 +7,13 @@
  */
 import { OP_NAMES, QueuePairBase } from '../queue-pair-base.js';
 import { WeftError } from '../../errors.js';
-import { isSameHost, type ProcessIdentity } from '../identity.js';
+import { isSameHost, type ProcessIdentity } from '../../host/identity.js';
 import { BLOB_HEAD_BYTES, newBlob, PROVIDER_TAG, readBlob } from '../blob.js';
 import { Opcode, Status, type MemoryRegion, type QueuePair, type RemoteRegion } from '../types.js';
-import { copyBytes } from './copy.js';
+import { copyBytes } from '../../host/copy.js';
 import { importShmRegion, ShmMemoryRegion, ShmRemoteRegion } from './memory.js';
 import type { PeerControl } from './peer.js';
-import { parseSegmentName } from './segments.js';
+import { parseSegmentName } from '../../host/segments.js';
 import type { LocalCompletions } from '../local-completions.js';
 import * as L from './layout.js';
 
@@ -69,6 +69,7 @@ export class ShmQueuePair extends QueuePairBase implements QueuePair {
     private readonly host: QpHost,
     readonly qpn: number,
     readonly peerLabel: string,
+    readonly autoRepost: boolean,
   ) {
     super();
   }

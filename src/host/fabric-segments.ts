@@ -4,7 +4,7 @@
  * leaves it behind; whoever saw that process die (the launcher, a test's parent) removes it here.
  */
 import { readdirSync } from 'node:fs';
-import { native } from '../../native/binding.js';
+import { native } from '../native/binding.js';
 
 const NAME_RE = /^(\d+):\d+:\d+$/;
 

@@ -1,18 +1,23 @@
 /**
- * The Context users get from init(): a connected rank (rendezvous, NIC, transport) with the
- * collectives and point-to-point calls as methods. Each has a Promise form and a `...Sync`
- * form that busy-polls the calling thread (lowest latency; it blocks the event loop).
+ * The ProcessGroup users get from init() (Gloo's Context, torch's ProcessGroup): a connected
+ * rank (rendezvous, NIC, transport) with the collectives and point-to-point calls as
+ * methods, and copyrpc on the same device (`rpc()`). Each collective has a Promise form and a
+ * `...Sync` form that busy-polls the calling thread (lowest latency; it blocks the event loop).
  */
-import { Context as ConnectedContext, initWith, type InitOptions } from './rendezvous/context.js';
-import * as C from './collectives/index.js';
-import type { WaitOptions } from './util/deadline.js';
-import type { TypedArray } from './collectives/checks.js';
-import type { TypedArrayConstructor } from './transport/shared-arrays.js';
+import { joinJob, type InitOptions } from './bootstrap.js';
+import { JobMember } from './member.js';
+import * as C from '../collectives/index.js';
+import { RpcEngine, type RpcEngineOptions } from '../rpc/engine.js';
+import type { WaitOptions } from '../util/deadline.js';
+import type { TypedArray } from '../collectives/checks.js';
+import type { TypedArrayConstructor } from '../transport/shared-arrays.js';
 
 /** Tag of the barrier inside close(): out of the way of user tags (they may use the whole range, rarely this one). */
 const CLOSE_TAG = 0xffffffff;
 
-export class Context extends ConnectedContext implements C.Group {
+export class ProcessGroup extends JobMember implements C.Group {
+  private rpcEngine: RpcEngine | undefined;
+
   /**
    * Leaves the job. Collective: waits (at most `timeoutMs`, default 5 s) in a barrier for the
    * other ranks to close too, so the last messages this rank sent are delivered before its
@@ -42,6 +47,29 @@ export class Context extends ConnectedContext implements C.Group {
    */
   alloc<T extends TypedArray>(ctor: TypedArrayConstructor<T>, length: number): T {
     return this.transport.shared.alloc(ctor, length);
+  }
+
+  /**
+   * copyrpc on this rank's device (created on first call; the same engine every time): its
+   * completions share the CQ with the collectives', and it can register `alloc` arrays for
+   * one-sided access. Connect endpoints toward the other ranks with `connectRpcMesh`
+   * (through this group's store) or exchange `localInfo()` yourself. Options apply on the
+   * first call only.
+   *
+   * @example
+   * import { connectRpcMesh } from 'weft/rpc';
+   * const rpc = ctx.rpc();
+   * const eps = await connectRpcMesh(ctx.store, rpc, ctx.rank, ctx.size);
+   * if (ctx.rank === 0) console.log(await eps[1]!.request(new Uint8Array([1, 2, 3])));
+   * else rpc.serve((payload) => payload);                  // echo
+   */
+  rpc<U = unknown>(options?: RpcEngineOptions): RpcEngine<U> {
+    this.rpcEngine ??= new RpcEngine(this.router, options);
+    return this.rpcEngine as RpcEngine<U>;
+  }
+
+  protected override closeUsers(): void {
+    this.rpcEngine?.close();
   }
 
   /** @see allreduce in collectives/allreduce.ts */
@@ -149,8 +177,8 @@ export class Context extends ConnectedContext implements C.Group {
  * await ctx.allreduce(x);                          // x[i] === 0 + 1 + 2 + 3
  * await ctx.close();
  */
-export function init(options: InitOptions = {}): Promise<Context> {
-  return initWith((parts) => new Context(parts), options);
+export function init(options: InitOptions = {}): Promise<ProcessGroup> {
+  return joinJob((parts) => new ProcessGroup(parts), options);
 }
 
 export type { InitOptions };

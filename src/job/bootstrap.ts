@@ -1,20 +1,23 @@
 /**
- * A rank's place in a job: its rank and world size, the job's store, its NIC device, and one
- * connected queue pair per peer. `init()` builds one from options or the environment.
+ * Joining a job: rank, size and store from options or the environment (`weft run`,
+ * torchrun, mpirun), the launcher watchdog and core pinning, the process's one NIC device and
+ * its completion router, the transport, and a full mesh of queue pairs through the store.
  */
 import { availableParallelism } from 'node:os';
 import { WeftError } from '../errors.js';
 import { native } from '../native/binding.js';
 import type { WaitOptions } from '../util/deadline.js';
 import { createDevice } from '../nic/index.js';
-import { localPlacement } from '../util/placement.js';
-import type { Device, DeviceOptions, QueuePair, QueuePairOptions } from '../nic/types.js';
+import { CompletionRouter } from '../nic/completion-router.js';
+import { localPlacement } from '../host/placement.js';
+import type { Device, DeviceOptions, QueuePairOptions } from '../nic/types.js';
 import { Device as TransportDevice, type TransportOptions } from '../transport/device.js';
-import { connectFullMeshWithExtras } from './full-mesh.js';
-import { rankFromEnv, type EnvStyle } from './env.js';
-import { openStore } from './open.js';
-import { PrefixStore } from './prefix-store.js';
-import type { Store } from './store.js';
+import { connectFullMeshWithExtras } from '../rendezvous/full-mesh.js';
+import { rankFromEnv, type EnvStyle } from '../rendezvous/env.js';
+import { openStore } from '../rendezvous/open.js';
+import { PrefixStore } from '../rendezvous/prefix-store.js';
+import type { Store } from '../rendezvous/store.js';
+import { JobMember, type JobParts } from './member.js';
 
 export interface InitOptions extends WaitOptions {
   /** This rank (default: from the environment, see rankFromEnv). */
@@ -35,101 +38,25 @@ export interface InitOptions extends WaitOptions {
   transport?: TransportOptions;
 }
 
-/** What a Context is built from (see init / initWith). */
-export interface ContextParts {
-  rank: number;
-  size: number;
-  store: PrefixStore;
-  device: Device;
-  pairs: (QueuePair | undefined)[];
-  transport: TransportDevice;
-  style: EnvStyle;
-  serving: boolean;
-}
-
-/** A connected rank. */
-export class Context {
-  readonly rank: number;
-  readonly size: number;
-  readonly store: PrefixStore;
-  /** The NIC device. */
-  readonly device: Device;
-  /** pairs[p]: the QP toward rank p (undefined at this rank). */
-  readonly pairs: (QueuePair | undefined)[];
-  /** Gloo-style transport over the QPs (pairs, rings, progress). */
-  readonly transport: TransportDevice;
-  /** How this rank found its settings. */
-  readonly style: EnvStyle;
-  private readonly serving: boolean;
-  private closed = false;
-  private readonly pool: Uint8Array[] = [];
-  constructor(parts: ContextParts) {
-    this.rank = parts.rank;
-    this.size = parts.size;
-    this.store = parts.store;
-    this.device = parts.device;
-    this.pairs = parts.pairs;
-    this.transport = parts.transport;
-    this.style = parts.style;
-    this.serving = parts.serving;
-  }
-
-  /** Lends scratch memory to a collective (pooled by power-of-two size). */
-  acquire(bytes: number): Uint8Array {
-    let best = -1;
-    for (let i = 0; i < this.pool.length; i++) {
-      if (this.pool[i].byteLength >= bytes && (best < 0 || this.pool[i].byteLength < this.pool[best].byteLength)) best = i;
-    }
-    if (best >= 0) return this.pool.splice(best, 1)[0];
-    return new Uint8Array(2 ** Math.ceil(Math.log2(Math.max(bytes, 64))));
-  }
-
-  release(area: Uint8Array): void {
-    if (this.pool.length < 16) this.pool.push(area);
-  }
-
-  /**
-   * Closes the QPs and the device, and leaves the store: the last rank out deletes the job's
-   * keys, and a rank hosting the store server waits (briefly) for the others first.
-   */
-  async close(options: WaitOptions = {}): Promise<void> {
-    if (this.closed) return;
-    this.closed = true;
-    await this.transport.linger();
-    this.transport.close();
-    for (const qp of this.pairs) qp?.close();
-    this.device.close();
-    try {
-      await this.store.set(`_gone/${this.rank}`, new Uint8Array(0));
-      const left = await this.store.add('_left', 1);
-      // The server's host leaves last, or the others lose their store mid-goodbye.
-      if (this.serving) {
-        const others = this.pairs.flatMap((q, p) => (q ? [`_gone/${p}`] : []));
-        await this.store.wait(others, { timeoutMs: options.timeoutMs ?? 5000, signal: options.signal }).catch(() => {});
-      }
-      await this.store.close({ purge: left === this.size });
-    } catch {
-      await this.store.close().catch(() => {});
-    }
-  }
+/**
+ * Joins the job without the collectives: the NIC's QPs and CQ are the caller's alone.
+ *
+ * @example
+ * import { connect } from 'weft';
+ * const member = await connect();              // under `weft run -n 4 app.js`
+ * console.log(`rank ${member.rank} of ${member.size}`);
+ * await member.close();
+ */
+export async function connect(options: InitOptions = {}): Promise<JobMember> {
+  return joinJob((parts) => new JobMember(parts), options);
 }
 
 /**
  * Joins the job: resolves rank, size and store (options, else environment), opens the store,
- * creates the device and connects a full mesh.
- *
- * @example
- * import { init } from 'weft';
- * const ctx = await init();                    // under `weft run -n 4 app.js`
- * console.log(`rank ${ctx.rank} of ${ctx.size}`);
- * await ctx.close();
+ * creates the device, its router and the transport, and connects a full mesh; `make` builds
+ * the member from the parts (init() makes a ProcessGroup).
  */
-export async function init(options: InitOptions = {}): Promise<Context> {
-  return initWith((parts) => new Context(parts), options);
-}
-
-/** init() building the context with `make` (the package root adds the collectives to it). */
-export async function initWith<C extends Context>(make: (parts: ContextParts) => C, options: InitOptions = {}): Promise<C> {
+export async function joinJob<M extends JobMember>(make: (parts: JobParts) => M, options: InitOptions = {}): Promise<M> {
   const fromEnv = options.rank === undefined || options.size === undefined || options.store === undefined ? rankFromEnv() : undefined;
   const rank = options.rank ?? fromEnv!.rank;
   const size = options.size ?? fromEnv!.size;
@@ -148,7 +75,8 @@ export async function initWith<C extends Context>(make: (parts: ContextParts) =>
   try {
     const job = prefix.replace(/[^A-Za-z0-9_-]/g, '_').slice(0, 48) || 'weft';
     device = await createDevice({ job, label: `rank ${rank}`, ...options.device });
-    const transport = new TransportDevice(device, rank, size, options.transport);
+    const router = new CompletionRouter(device);
+    const transport = new TransportDevice(router, rank, size, options.transport);
     const { qps: pairs, extras } = await connectFullMeshWithExtras(store, device, rank, size, { ...wait, qp: options.qp, extra: transport.descriptor() });
     transport.connect(pairs, extras);
     // Returning only once every peer has mapped this rank, as a two-sided handshake would:
@@ -156,7 +84,7 @@ export async function initWith<C extends Context>(make: (parts: ContextParts) =>
     // (the peer would fail first and be named as the cause).
     await store.set(`_connected/${rank}`, new Uint8Array(0));
     await store.wait([...Array(size).keys()].map((p) => `_connected/${p}`), wait);
-    return make({ rank, size, store, device, pairs, transport, style, serving: serve });
+    return make({ rank, size, store, device, router, pairs, transport, style, serving: serve });
   } catch (err) {
     device?.close();
     await store.close().catch(() => {});

@@ -4,9 +4,9 @@
  * owner is gone and unlink it: a crashed rank must not leak /dev/shm.
  */
 import { readdirSync } from 'node:fs';
-import { native } from '../../native/binding.js';
-import { localIdentity } from '../identity.js';
-import { WeftError } from '../../errors.js';
+import { native } from '../native/binding.js';
+import { localIdentity } from './identity.js';
+import { WeftError } from '../errors.js';
 
 const JOB_RE = /^[A-Za-z0-9_-]{1,48}$/;
 const NAME_RE = /^weft\.([A-Za-z0-9_-]{1,48})\.(\d+)\.(\d+)\.([A-Za-z0-9]+)\.([A-Za-z0-9]+)$/;

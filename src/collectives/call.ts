@@ -6,7 +6,7 @@
  * mismatch, a timeout or a dead rank, messages may be in flight and the context is unusable.
  */
 import { WeftError } from '../errors.js';
-import { copyInto } from '../util/copy.js';
+import { copyInto } from '../host/copy.js';
 import { Deadline, type WaitOptions } from '../util/deadline.js';
 import type { DType, ReduceOp } from '../reduce/index.js';
 import type { Device } from '../transport/device.js';
@@ -35,7 +35,7 @@ export type Algorithm = Generator<readonly TransportOp[], void, void>;
 /** How long an async collective polls a step before awaiting it (holds the event loop at most this long). */
 const ASYNC_SPIN_MS = 0.25;
 
-export class Comm {
+export class CollectiveCall {
   readonly rank: number;
   readonly size: number;
   readonly device: Device;
@@ -108,17 +108,17 @@ export interface Reduction {
   readonly elementBytes: number;
 }
 
-export function makeComm(group: Group, collective: CollectiveName, options: CollectiveOptions, dtype?: string, op?: string, root?: number): Comm {
-  return new Comm(group, collective, signature(collective, dtype, op, root), options);
+export function beginCall(group: Group, collective: CollectiveName, options: CollectiveOptions, dtype?: DType, op?: ReduceOp, root?: number): CollectiveCall {
+  return new CollectiveCall(group, collective, signature(collective, dtype, op, root), options);
 }
 
-function failed(c: Comm, err: unknown): WeftError {
+function failed(c: CollectiveCall, err: unknown): WeftError {
   const e = err instanceof WeftError ? err : new WeftError('ETRANSPORT', `${c.what}: ${(err as Error)?.message ?? err}`, { cause: err });
   c.device.abort(e);
   return e;
 }
 
-export function runSync(c: Comm, alg: Algorithm): void {
+export function runSync(c: CollectiveCall, alg: Algorithm): void {
   try {
     for (let r = alg.next(); !r.done; r = alg.next()) c.device.waitSync(r.value, c.deadline, c.what);
   } catch (err) {
@@ -128,7 +128,7 @@ export function runSync(c: Comm, alg: Algorithm): void {
   }
 }
 
-export async function runAsync(c: Comm, alg: Algorithm): Promise<void> {
+export async function runAsync(c: CollectiveCall, alg: Algorithm): Promise<void> {
   try {
     for (let r = alg.next(); !r.done; r = alg.next()) {
       if (c.device.pollFor(r.value, ASYNC_SPIN_MS)) continue;

@@ -1,11 +1,13 @@
 /**
- * The copyrpc Context: one NIC device, ONE completion queue for every endpoint, the
- * endpoint registry (an array indexed by QP number: O(1), no hashing), the shared receive
- * credits, the queue of received requests, and poll().
+ * The copyrpc engine: the endpoints of one process on its NIC device, ONE completion queue
+ * for all of them (the device's, shared with the transport and the transfer engine through
+ * the completion router), the endpoint registry (an array indexed by QP number: O(1), no
+ * hashing), the shared receive credits, the queue of received requests, and poll().
  *
  * poll(), in the notes' order:
- *  1. poll the CQ once (up to 256 completions) and decode each RECV_WRITE_IMM on its
- *     endpoint, in arrival order; responses go to `onResponse` at once, requests to recv();
+ *  1. poll the CQ (the router hands our QPs' completions to this engine's inbox, in arrival
+ *     order) and decode each RECV_WRITE_IMM on its endpoint; responses go to `onResponse` at
+ *     once, requests to recv();
  *  2. (send completions are in the same CQ: READ results update the consumer position, raw
  *     one-sided operations count down `rawPending`, errors fail their endpoint);
  *  3. repost receive credits below 2/3;
@@ -18,45 +20,56 @@
  * count falls below 2/3 of what was posted, every endpoint is topped up in one sweep, as the
  * notes repost the SRQ. Because a per-QP credit cannot move to another QP, an endpoint
  * whose own share falls below 2/3 is also topped up, so an idle endpoint's credits never
- * starve a busy one. No autoRepost: the NIC reposts nothing by itself.
+ * starve a busy one. The engine's QPs have no autoRepost: the NIC reposts nothing by itself
+ * for them (the transport's QPs on the same device keep theirs).
  */
 import { WeftError } from '../errors.js';
-import { createDevice, CompletionBatch, Opcode, Status, type Device, type DeviceOptions, type MemoryRegion } from '../nic/index.js';
+import { createDevice, CompletionBatch, CompletionRouter, Opcode, Status, type CompletionSink, type Device, type DeviceOptions, type MemoryRegion } from '../nic/index.js';
 import type { ShmDeviceOptions } from '../nic/shm/device.js';
-import type { WaitOptions } from '../util/deadline.js';
+import { Deadline, type WaitOptions } from '../util/deadline.js';
 import { DEFAULT_SRQ_SIZE } from './constants.js';
 import { Endpoint, WR_RAW, WR_READ, type EndpointOptions, type RpcHost } from './endpoint.js';
 import { RecvHandle } from './recv-handle.js';
-import { driverFor, type ServeHandler, type ServeOptions, type Server } from './driver.js';
+import { Driver, type RequestOptions, type ServeHandler, type ServeOptions, type Server } from './driver.js';
 
 /** Called for each response: the payload is `buffer[offset, offset + length)`, valid during the call only. */
 export type ResponseHandler<U> = (userData: U, buffer: Uint8Array, offset: number, length: number, endpoint: Endpoint<U>) => void;
 /** Called once per pending call of an endpoint that failed (peer dead, malformed batch, ...). */
 export type CallFailedHandler<U> = (userData: U, error: WeftError, endpoint: Endpoint<U>) => void;
 
-/** Options of `createContext`: the device's, plus the context's own. */
-export interface ContextOptions extends DeviceOptions, ShmDeviceOptions {
+/** Options of an RpcEngine. */
+export interface RpcEngineOptions {
   /** Receive credits over all endpoints (the SRQ size, default 1024). */
   srqSize?: number;
   /** Check the credit invariant on every batch, call and reply (also WEFT_RPC_DEBUG=1). */
   debug?: boolean;
 }
 
+/** Options of `createRpcEngine`: the device's, plus the engine's own. */
+export interface CreateRpcEngineOptions extends DeviceOptions, ShmDeviceOptions, RpcEngineOptions {}
+
 const MAX_QPN = 1024;
+/** The response handler of a poll without one (also marks "inside poll"). */
+const IGNORE = (): void => {};
 
 /**
- * Creates a context on a new device (provider as in createDevice: 'shm', 'ofi', ...).
+ * Creates an engine on a device of its own (provider as in createDevice: 'shm', 'ofi', ...),
+ * for programs that use copyrpc without a job. In a job, `ctx.rpc()` gives the engine on the
+ * job's device instead (one device per process).
  *
  * @example
- * const ctx = await createContext({ provider: 'shm', label: 'rank 0' });
- * const ep = ctx.createEndpoint({ sendRingSize: 1 << 16, recvRingSize: 1 << 16, peerLabel: 'rank 1' });
+ * const rpc = await createRpcEngine({ provider: 'shm', label: 'rank 0' });
+ * const ep = rpc.createEndpoint({ sendRingSize: 1 << 16, recvRingSize: 1 << 16, peerLabel: 'rank 1' });
  */
-export async function createContext<U = unknown>(options: ContextOptions = {}): Promise<Context<U>> {
-  const device = await createDevice({ ...options, autoRepost: false });
-  return new Context<U>(device, options);
+export async function createRpcEngine<U = unknown>(options: CreateRpcEngineOptions = {}): Promise<RpcEngine<U>> {
+  const device = await createDevice(options);
+  const engine = new RpcEngine<U>(new CompletionRouter(device), options);
+  engine.ownsDevice = true;
+  return engine;
 }
 
-export class Context<U = unknown> implements RpcHost<U> {
+export class RpcEngine<U = unknown> implements RpcHost<U>, CompletionSink {
+  readonly router: CompletionRouter;
   readonly device: Device;
   readonly label: string;
   readonly debug: boolean;
@@ -64,7 +77,8 @@ export class Context<U = unknown> implements RpcHost<U> {
   /** Endpoints in creation order (index = endpoint id). */
   readonly endpoints: Endpoint<U>[] = [];
   private readonly byQpn: (Endpoint<U> | undefined)[] = new Array(MAX_QPN).fill(undefined);
-  private readonly batch = new CompletionBatch(256);
+  /** Completions the router handed us and poll() has not processed yet. */
+  private inbox = new CompletionBatch(256);
   private dirtyList: Endpoint<U>[] = [];
   private nDirty = 0;
   /** Endpoints whose requests recv() handed out since the last poll. */
@@ -89,11 +103,16 @@ export class Context<U = unknown> implements RpcHost<U> {
   /** Raw one-sided operations that completed with an error, and the last such error. */
   rawFailed = 0;
   rawError: WeftError | undefined;
+  /** Set by createRpcEngine: close() closes the device too. */
+  ownsDevice = false;
   private closed = false;
+  private driverOf: Driver<U> | undefined;
 
-  constructor(device: Device, options: ContextOptions = {}) {
-    this.device = device;
-    this.label = device.label;
+  /** An engine on `router`'s device, which it shares with the router's other owners. */
+  constructor(router: CompletionRouter, options: RpcEngineOptions = {}) {
+    this.router = router;
+    this.device = router.device;
+    this.label = router.device.label;
     this.debug = options.debug ?? process.env.WEFT_RPC_DEBUG === '1';
     this.srqSize = options.srqSize ?? DEFAULT_SRQ_SIZE;
     if (!Number.isInteger(this.srqSize) || this.srqSize < 4) throw new WeftError('EINVAL', `${this.label}: srqSize must be an integer >= 4, got ${this.srqSize}`);
@@ -104,7 +123,7 @@ export class Context<U = unknown> implements RpcHost<U> {
    * with the peer and call `ep.connect(peerInfo)`.
    *
    * @example
-   * const ep = ctx.createEndpoint({ sendRingSize: 1 << 20, recvRingSize: 1 << 20, peerLabel: 'rank 1' });
+   * const ep = rpc.createEndpoint({ sendRingSize: 1 << 20, recvRingSize: 1 << 20, peerLabel: 'rank 1' });
    */
   createEndpoint(options: EndpointOptions = {}): Endpoint<U> {
     if (this.closed) throw new WeftError('ECLOSED', `${this.label}: createEndpoint on a closed context`);
@@ -116,6 +135,7 @@ export class Context<U = unknown> implements RpcHost<U> {
     if (ep.qp.qpn >= MAX_QPN) throw new WeftError('EINVAL', `${this.label}: QP number ${ep.qp.qpn} beyond the registry`);
     this.endpoints.push(ep);
     this.byQpn[ep.qp.qpn] = ep;
+    this.router.attach(ep.qp.qpn, this);
     this.srqMax += share;
     this.srqPosted += share;
     return ep;
@@ -124,6 +144,52 @@ export class Context<U = unknown> implements RpcHost<U> {
   /** Allocates registered memory for rdmaRead/rdmaWrite (send its descriptor() to the peer). */
   allocate(byteLength: number): MemoryRegion {
     return this.device.allocate(byteLength);
+  }
+
+  /**
+   * Registers existing memory for rdmaRead/rdmaWrite: any view on ofi; on shm, memory of
+   * this device (`allocate`, or a job's `ctx.alloc` arrays, which live on the same device).
+   *
+   * @example
+   * const grad = ctx.alloc(Float32Array, 1024);
+   * const mr = ctx.rpc().register(grad);        // peers may now rdmaRead it
+   */
+  register(view: ArrayBufferView): MemoryRegion {
+    return this.device.register(view);
+  }
+
+  /** Completions handed to this engine and not processed by poll() yet. */
+  get inboxSize(): number {
+    return this.inbox.count;
+  }
+
+  /** CompletionSink: the router hands us a completion of one of our QPs. */
+  take(b: CompletionBatch, i: number): void {
+    let box = this.inbox;
+    if (box.count === box.capacity) box = this.growInbox();
+    const o = box.count++;
+    box.qpn[o] = b.qpn[i];
+    box.opcode[o] = b.opcode[i];
+    box.status[o] = b.status[i];
+    box.imm[o] = b.imm[i];
+    box.byteLength[o] = b.byteLength[i];
+    box.wrId[o] = b.wrId[i];
+    box.errors[o] = b.errors[i];
+  }
+
+  private growInbox(): CompletionBatch {
+    const old = this.inbox;
+    const box = new CompletionBatch(old.capacity * 2);
+    box.qpn.set(old.qpn);
+    box.opcode.set(old.opcode);
+    box.status.set(old.status);
+    box.imm.set(old.imm);
+    box.byteLength.set(old.byteLength);
+    box.wrId.set(old.wrId);
+    for (let i = 0; i < old.count; i++) box.errors[i] = old.errors[i];
+    box.count = old.count;
+    this.inbox = box;
+    return box;
   }
 
   /** Raw one-sided operations posted and not completed yet. */
@@ -143,13 +209,36 @@ export class Context<U = unknown> implements RpcHost<U> {
    * poll has finished its work (the protocol state stays consistent).
    *
    * @example
-   * const n = ctx.poll((token, buf, off, len) => done(token, buf.subarray(off, off + len)));
+   * const n = rpc.poll((token, buf, off, len) => done(token, buf.subarray(off, off + len)));
    */
   poll(onResponse?: ResponseHandler<U>, onCallFailed?: CallFailedHandler<U>): number {
+    if (this.onResponse !== undefined) throw new WeftError('EINVAL', `${this.label}: poll() called from a poll callback; return from the callback and poll again`);
     if (this.nTaken > 0) this.refreshReleases();
-    const b = this.batch;
-    const k = this.device.cq.poll(b);
-    this.onResponse = onResponse;
+    this.router.poll();
+    const k = this.inbox.count;
+    this.onResponse = onResponse ?? IGNORE;
+    try {
+      this.process(k);
+    } finally {
+      this.onResponse = undefined;
+      // Completions routed while the callbacks ran (a collective's wait polled) stay queued.
+      if (this.inbox.count > k) this.shiftInbox(k);
+      else this.inbox.count = 0;
+    }
+    this.repost();
+    this.flush();
+    if (this.failed.length > 0 && onCallFailed) this.reportFailures(onCallFailed);
+    if (this.callbackError !== undefined) {
+      const err = this.callbackError;
+      this.callbackError = undefined;
+      throw err;
+    }
+    return k;
+  }
+
+  /** Decodes the first k inbox entries, in arrival order. */
+  private process(k: number): void {
+    const b = this.inbox;
     const byQpn = this.byQpn;
     for (let i = 0; i < k; i++) {
       const op = b.opcode[i];
@@ -162,29 +251,21 @@ export class Context<U = unknown> implements RpcHost<U> {
         continue;
       }
       const wr = b.wrId[i];
+      const err = b.errors[i];
+      b.errors[i] = undefined;
       if (wr === WR_RAW && op !== Opcode.QP_EVENT) {
         this.rawDoneCount++;
         if (b.status[i] !== Status.SUCCESS) {
           this.rawFailed++;
-          this.rawError = b.errors[i];
+          this.rawError = err;
         }
         continue;
       }
       const ep = byQpn[b.qpn[i]];
       if (ep === undefined) continue;
       if (op === Opcode.READ && wr === WR_READ) ep.onReadDone(b.status[i] === Status.SUCCESS);
-      if (b.status[i] !== Status.SUCCESS) ep.fail(this.nicError(ep, b.errors[i], b.status[i]));
+      if (b.status[i] !== Status.SUCCESS) ep.fail(this.nicError(ep, err, b.status[i]));
     }
-    this.onResponse = undefined;
-    this.repost();
-    this.flush();
-    if (this.failed.length > 0 && onCallFailed) this.reportFailures(onCallFailed);
-    if (this.callbackError !== undefined) {
-      const err = this.callbackError;
-      this.callbackError = undefined;
-      throw err;
-    }
-    return k;
   }
 
   /**
@@ -192,7 +273,7 @@ export class Context<U = unknown> implements RpcHost<U> {
    * them in any order.
    *
    * @example
-   * for (let h = ctx.recv(); h; h = ctx.recv()) h.reply(h.payload);
+   * for (let h = rpc.recv(); h; h = rpc.recv()) h.reply(h.payload);
    */
   recv(): RecvHandle<U> | undefined {
     while (this.qHead !== this.qTail) {
@@ -219,12 +300,21 @@ export class Context<U = unknown> implements RpcHost<U> {
    * context's driver polls until the server is closed). Replies may come in any order.
    *
    * @example
-   * const server = ctx.serve(async (payload) => payload); // echo
+   * const server = rpc.serve(async (payload) => payload); // echo
    * // ... later
    * server.close();
    */
   serve(handler: ServeHandler, options?: ServeOptions): Server {
-    return driverFor(this as unknown as Context<unknown>).serve(handler, options);
+    return this.driver().serve(handler, options);
+  }
+
+  /** Endpoint.request: through this engine's driver. */
+  request(ep: Endpoint<U>, bytes: Uint8Array, options?: RequestOptions): Promise<Uint8Array> {
+    return this.driver().request(ep, bytes, options);
+  }
+
+  private driver(): Driver<U> {
+    return (this.driverOf ??= new Driver<U>(this));
   }
 
   /** Sends every open batch now (poll does this too). */
@@ -243,25 +333,27 @@ export class Context<U = unknown> implements RpcHost<U> {
    * what is pending. Throws ETIMEDOUT / EABORTED.
    *
    * @example
-   * while (!done) if (ctx.poll(onResponse) === 0) await ctx.wait({ timeoutMs: 1000 });
+   * while (!done) if (rpc.poll(onResponse) === 0) await rpc.wait({ timeoutMs: 1000 });
    */
-  async wait(options?: WaitOptions): Promise<void> {
+  wait(options: WaitOptions = {}): Promise<void> {
     this.flush();
-    return this.device.cq.wait(options);
+    return this.router.waitAsync(this.hasInbox, { deadline: new Deadline(options.timeoutMs, options.signal), what: `${this.label}: rpc wait` });
   }
 
   /** Blocking variant of wait. */
-  waitSync(options?: WaitOptions): void {
+  waitSync(options: WaitOptions = {}): void {
     this.flush();
-    this.device.cq.waitSync(options);
+    this.router.waitSync(this.hasInbox, { deadline: new Deadline(options.timeoutMs, options.signal), what: `${this.label}: rpc waitSync` });
   }
 
-  /** Closes every endpoint and the device. */
+  private readonly hasInbox = (): boolean => this.inbox.count > 0;
+
+  /** Closes every endpoint, and the device when the engine created it. */
   close(): void {
     if (this.closed) return;
     this.closed = true;
     for (const ep of this.endpoints) ep.close();
-    this.device.close();
+    if (this.ownsDevice) this.device.close();
   }
 
   // ---- RpcHost --------------------------------------------------------------------------
@@ -307,7 +399,10 @@ export class Context<U = unknown> implements RpcHost<U> {
 
   /** Unregisters `ep` and gives its share of the receive credits back (failed or closed). */
   endpointClosed(ep: Endpoint<U>): void {
-    if (this.byQpn[ep.qp.qpn] === ep) this.byQpn[ep.qp.qpn] = undefined;
+    if (this.byQpn[ep.qp.qpn] === ep) {
+      this.byQpn[ep.qp.qpn] = undefined;
+      this.router.detach(ep.qp.qpn, this);
+    }
     this.srqMax -= ep.recvCredits;
     this.srqPosted -= ep.recvCredits - ep.consumedCredits;
     ep.consumedCredits = 0;
@@ -371,6 +466,19 @@ export class Context<U = unknown> implements RpcHost<U> {
     const code = status === Status.PEER_DEAD ? 'EPEERDEAD' : status === Status.TIMEOUT ? 'ETIMEDOUT' : status === Status.REMOTE_ACCESS ? 'EREMOTEACCESS' : err?.code ?? 'ETRANSPORT';
     const hint = status === Status.PEER_DEAD ? 'the peer process died; its pending calls fail, reconnect when it is back' : 'pending calls on this endpoint fail; reconnect with a new endpoint';
     return new WeftError(code, `${ep.name} failed: ${err?.message ?? `status ${status}`}; ${hint}`, { cause: err });
+  }
+
+  private shiftInbox(k: number): void {
+    const b = this.inbox;
+    const n = b.count - k;
+    b.qpn.copyWithin(0, k, k + n);
+    b.opcode.copyWithin(0, k, k + n);
+    b.status.copyWithin(0, k, k + n);
+    b.imm.copyWithin(0, k, k + n);
+    b.byteLength.copyWithin(0, k, k + n);
+    b.wrId.copyWithin(0, k, k + n);
+    for (let i = 0; i < n; i++) b.errors[i] = b.errors[k + i];
+    b.count = n;
   }
 
   private growQueue(): void {

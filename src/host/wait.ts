@@ -1,0 +1,173 @@
+/**
+ * The one waiting loop. Everything in weft that waits for another process (a completion
+ * queue, a peer's board word, a collective step, an idle RPC driver) waits here: spin, then
+ * yield the core, then sleep on a doorbell, checking the deadline and the caller's liveness
+ * probe between sleeps. Sync and async forms share the phases and the constants below, so a
+ * change of tuning happens in one place and reaches every layer.
+ *
+ * Why three phases (measured on this 2-core VM, docs/architecture.md#waiting):
+ * - spin: a peer that answers within a round trip (0.2-1 us on shm) is seen at once; a
+ *   sleeping process takes 20-30 us to wake, a whole scheduler tick when cores are busy;
+ * - yield: with more processes than cores, the one we wait for may need this core: a yield
+ *   hands it over at once, where a futex sleep and wake costs tens of microseconds;
+ * - sleep: an idle wait must cost no CPU (a test holds an idle wait under half a core).
+ *
+ * What the waiter sleeps on is a Doorbell: the shm completion ring's futex (peers ring it
+ * only while a sleeper is registered), libfabric's CQ fd, a peer's board word.
+ */
+import { WeftError } from '../errors.js';
+import { native } from '../native/binding.js';
+import { Deadline } from '../util/deadline.js';
+
+/** The tuning of every wait in weft. */
+export const WAIT = {
+  /** Busy-poll this long before yielding (covers a round trip between spinning peers). */
+  spinUs: 50,
+  /** With more processes than cores, spin only this long: the peer may need this core. */
+  oversubscribedSpinUs: 5,
+  /** Then yield the core this long before sleeping. */
+  yieldUs: 2000,
+  /**
+   * With more processes than cores, keep yielding this long: a yield hands the core straight
+   * to the runnable peer, while a futex wake-up costs tens of microseconds or a scheduler tick.
+   */
+  oversubscribedYieldUs: 20_000,
+  /** Sleep in slices this long: liveness probes and deadlines run between slices. */
+  sleepSliceMs: 20,
+  /** Async waits let the event loop run at least this often while work keeps arriving. */
+  turnEveryMs: 1,
+} as const;
+
+/** What a waiter sleeps on once spinning and yielding did not help. */
+export interface Doorbell {
+  /** Called once before the first sleep: publish what peers may be waiting for (credits). */
+  beforeSleep?(): void;
+  /**
+   * Sleeps at most `ms`, unless `ready()` (called after arming the doorbell, so a ring
+   * between the last check and the sleep is not lost) says there is no need.
+   */
+  sleepSync(ms: number, ready: () => boolean): void;
+  /** The same on the event loop. */
+  sleepAsync(ms: number, ready: () => boolean): Promise<unknown>;
+}
+
+/** The call a wait serves: its deadline (timeout and AbortSignal) and its name in errors. */
+export interface WaitCall {
+  readonly deadline: Deadline;
+  readonly what: string;
+}
+
+/** Options of waitSync / waitAsync. */
+export interface WaitPlan {
+  /** More processes on this host than cores: spin briefly, yield long. */
+  oversubscribed: boolean;
+  /** Deadline and name; without one the wait ends only when ready. */
+  call?: WaitCall;
+  /** Runs between sleeps and every few yields: may throw to end the wait (a dead peer). */
+  probe?: () => void;
+}
+
+/** One event-loop turn: pending I/O callbacks and timers run. */
+export function turn(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve));
+}
+
+/**
+ * Polls `ready` for at most `us` microseconds; true when it became true. With
+ * `yieldBetween`, the core is yielded between polls (more processes than cores).
+ */
+export function spin(ready: () => boolean, us: number, yieldBetween = false): boolean {
+  if (ready()) return true;
+  const until = performance.now() + us / 1000;
+  for (let i = 1; ; i++) {
+    if (yieldBetween) native.yieldThread();
+    if (ready()) return true;
+    if ((i & 15) === 0 && performance.now() > until) return false;
+  }
+}
+
+function spinUs(plan: WaitPlan): number {
+  return plan.oversubscribed ? WAIT.oversubscribedSpinUs : WAIT.spinUs;
+}
+
+function yieldUntil(plan: WaitPlan): number {
+  return performance.now() + (plan.oversubscribed ? WAIT.oversubscribedYieldUs : WAIT.yieldUs) / 1000;
+}
+
+function probe(plan: WaitPlan): void {
+  plan.probe?.();
+  const call = plan.call;
+  if (call) call.deadline.check(call.what);
+}
+
+function slice(plan: WaitPlan): number {
+  const call = plan.call;
+  if (!call) return WAIT.sleepSliceMs;
+  return Math.max(1, Math.min(call.deadline.remaining(), WAIT.sleepSliceMs));
+}
+
+/**
+ * Blocks the thread until `ready()`: spins, yields, then sleeps on `bell`. Throws ETIMEDOUT
+ * or EABORTED from the plan's deadline, or whatever `ready` or the probe throw.
+ */
+export function waitSync(ready: () => boolean, bell: Doorbell, plan: WaitPlan): void {
+  if (spin(ready, spinUs(plan))) return;
+  const until = yieldUntil(plan);
+  for (let i = 1; performance.now() < until; i++) {
+    native.yieldThread();
+    if (ready()) return;
+    if ((i & 15) === 0) probe(plan);
+  }
+  bell.beforeSleep?.();
+  for (;;) {
+    probe(plan);
+    bell.sleepSync(slice(plan), ready);
+    if (ready()) return;
+  }
+}
+
+/**
+ * Resolves when `ready()`: spins, yields (letting the event loop run), then sleeps on `bell`.
+ * Rejects as waitSync throws; the plan's AbortSignal also ends a sleep at once.
+ */
+export async function waitAsync(ready: () => boolean, bell: Doorbell, plan: WaitPlan): Promise<void> {
+  if (spin(ready, spinUs(plan))) return;
+  const until = yieldUntil(plan);
+  while (performance.now() < until) {
+    await turn();
+    if (ready()) return;
+    native.yieldThread();
+    if (ready()) return;
+    probe(plan);
+  }
+  bell.beforeSleep?.();
+  const aborted = abortPromise(plan.call);
+  try {
+    for (;;) {
+      probe(plan);
+      const sleep = bell.sleepAsync(slice(plan), ready);
+      await (aborted ? Promise.race([sleep, aborted.promise]) : sleep);
+      if (ready()) return;
+    }
+  } finally {
+    aborted?.dispose();
+  }
+}
+
+/** A promise that rejects when the call's signal aborts, with a way to drop the listener. */
+function abortPromise(call: WaitCall | undefined): { promise: Promise<never>; dispose(): void } | undefined {
+  const signal = call?.deadline.signal;
+  if (!signal) return undefined;
+  let onAbort: () => void = () => {};
+  const promise = new Promise<never>((_, reject) => {
+    onAbort = () => reject(new WeftError('EABORTED', `${call.what}: aborted by the caller's AbortSignal`, { cause: signal.reason }));
+    signal.addEventListener('abort', onAbort, { once: true });
+  });
+  promise.catch(() => {});
+  return { promise, dispose: () => signal.removeEventListener('abort', onAbort) };
+}
+
+/** A wait plan for a one-off wait with WaitOptions (the CQ's public wait). */
+export function planFor(oversubscribed: boolean, what: string, options: { timeoutMs?: number; signal?: AbortSignal }): WaitPlan {
+  return { oversubscribed, call: { deadline: new Deadline(options.timeoutMs, options.signal), what } };
+}

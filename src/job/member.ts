@@ -1,0 +1,100 @@
+/**
+ * A rank's membership in a job: its rank and world size, the job's store, the process's one
+ * NIC device with its completion router, one connected queue pair per peer, and the
+ * transport over them. `connect()` returns one; `init()` returns a ProcessGroup, which adds
+ * the collectives and copyrpc.
+ */
+import type { WaitOptions } from '../util/deadline.js';
+import type { CompletionRouter } from '../nic/completion-router.js';
+import type { Device, QueuePair } from '../nic/types.js';
+import type { PrefixStore } from '../rendezvous/prefix-store.js';
+import type { EnvStyle } from '../rendezvous/env.js';
+import type { Device as TransportDevice } from '../transport/device.js';
+
+/** What a JobMember is built from (see joinJob). */
+export interface JobParts {
+  rank: number;
+  size: number;
+  store: PrefixStore;
+  device: Device;
+  router: CompletionRouter;
+  pairs: (QueuePair | undefined)[];
+  transport: TransportDevice;
+  style: EnvStyle;
+  serving: boolean;
+}
+
+/** A connected rank. */
+export class JobMember {
+  readonly rank: number;
+  readonly size: number;
+  readonly store: PrefixStore;
+  /** The process's NIC device (one per process: the transport and copyrpc share it). */
+  readonly device: Device;
+  /** Hands the device's completions to their owners (transport, copyrpc) by QP. */
+  readonly router: CompletionRouter;
+  /** pairs[p]: the QP toward rank p (undefined at this rank). */
+  readonly pairs: (QueuePair | undefined)[];
+  /** Gloo-style transport over the QPs (pairs, rings, progress). */
+  readonly transport: TransportDevice;
+  /** How this rank found its settings. */
+  readonly style: EnvStyle;
+  private readonly serving: boolean;
+  private closed = false;
+  private readonly pool: Uint8Array[] = [];
+
+  constructor(parts: JobParts) {
+    this.rank = parts.rank;
+    this.size = parts.size;
+    this.store = parts.store;
+    this.device = parts.device;
+    this.router = parts.router;
+    this.pairs = parts.pairs;
+    this.transport = parts.transport;
+    this.style = parts.style;
+    this.serving = parts.serving;
+  }
+
+  /** Lends scratch memory to a collective (pooled by power-of-two size). */
+  acquire(bytes: number): Uint8Array {
+    let best = -1;
+    for (let i = 0; i < this.pool.length; i++) {
+      if (this.pool[i].byteLength >= bytes && (best < 0 || this.pool[i].byteLength < this.pool[best].byteLength)) best = i;
+    }
+    if (best >= 0) return this.pool.splice(best, 1)[0];
+    return new Uint8Array(2 ** Math.ceil(Math.log2(Math.max(bytes, 64))));
+  }
+
+  release(area: Uint8Array): void {
+    if (this.pool.length < 16) this.pool.push(area);
+  }
+
+  /** Closes whatever a subclass added on the device before it goes (copyrpc endpoints). */
+  protected closeUsers(): void {}
+
+  /**
+   * Closes the QPs and the device, and leaves the store: the last rank out deletes the job's
+   * keys, and a rank hosting the store server waits (briefly) for the others first.
+   */
+  async close(options: WaitOptions = {}): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await this.transport.linger();
+    this.transport.close();
+    this.closeUsers();
+    for (const qp of this.pairs) qp?.close();
+    this.device.close();
+    try {
+      await this.store.set(`_gone/${this.rank}`, new Uint8Array(0));
+      const left = await this.store.add('_left', 1);
+      // The server's host leaves last, or the others lose their store mid-goodbye.
+      if (this.serving) {
+        const others = this.pairs.flatMap((q, p) => (q ? [`_gone/${p}`] : []));
+        await this.store.wait(others, { timeoutMs: options.timeoutMs ?? 5000, signal: options.signal }).catch(() => {});
+      }
+      await this.store.close({ purge: left === this.size });
+    } catch {
+      await this.store.close().catch(() => {});
+    }
+  }
+}

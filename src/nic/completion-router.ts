@@ -1,0 +1,256 @@
+/**
+ * One NIC device serves every layer of a process (the transport, copyrpc, later the transfer
+ * engine), and its one completion queue is polled here: each completion goes to the owner of
+ * its QP, found in O(1) by QP number. Owners never poll the CQ themselves, so what one of
+ * them polls can never be lost to another.
+ *
+ * Waiting goes through the router too: `waitSync` / `waitAsync` wait for an owner's condition
+ * (all of a collective step's operations settled, a copyrpc inbox not empty) with the one
+ * waiting loop of host/wait.ts. Every async waiter of the process shares ONE progress loop:
+ * it polls, hands completions out, settles the waiters whose condition holds, and sleeps on
+ * the CQ's doorbell when nothing moves. Concurrent waiters never starve each other, and a
+ * process never has two loops spinning on one CQ.
+ *
+ * @example
+ * const router = new CompletionRouter(device);
+ * router.attach(qp.qpn, { take: (b, i) => onCompletion(b, i) });
+ * await router.waitAsync(() => done, { deadline: new Deadline(5000), what: 'rank 0: my op' });
+ */
+import { WeftError } from '../errors.js';
+import { WAIT, turn, waitAsync, waitSync, type Doorbell, type WaitCall } from '../host/wait.js';
+import { Deadline } from '../util/deadline.js';
+import { CompletionBatch, type Device } from './types.js';
+
+/** The owner of some QPs' completions. */
+export interface CompletionSink {
+  /** Entry `i` of `batch` belongs to one of this sink's QPs (valid during the call only). */
+  take(batch: CompletionBatch, i: number): void;
+  /** After each polled batch in which this sink took something (errors after messages, ...). */
+  endBatch?(): void;
+}
+
+interface Waiter {
+  ready: () => boolean;
+  call: WaitCall;
+  resolve(): void;
+  reject(err: unknown): void;
+}
+
+/** QP numbers are below this on both providers (layout MAX_QPS). */
+const MAX_QPN = 1024;
+
+export class CompletionRouter {
+  private readonly byQpn: (CompletionSink | undefined)[] = new Array(MAX_QPN).fill(undefined);
+  /** Sinks that took something in the batch being dispatched (endBatch runs once each). */
+  private readonly touched: CompletionSink[] = [];
+  private nTouched = 0;
+  private readonly batch = new CompletionBatch(256);
+  private readonly waiters: Waiter[] = [];
+  private looping = false;
+  /** Set by kick(): the loop's sleep ends and every waiter is checked again. */
+  private kicked = false;
+  private wake: (() => void) | undefined;
+  /** The sync wait's condition (a field, so waitSync allocates no closure). */
+  private syncReady: () => boolean = () => true;
+
+  constructor(readonly device: Device) {}
+
+  /** Routes the completions of QP `qpn` to `sink`. */
+  attach(qpn: number, sink: CompletionSink): void {
+    if (!Number.isInteger(qpn) || qpn < 0 || qpn >= MAX_QPN) throw new WeftError('EINVAL', `${this.device.label}: QP number ${qpn} is outside [0, ${MAX_QPN})`);
+    const had = this.byQpn[qpn];
+    if (had !== undefined && had !== sink) throw new WeftError('EINVAL', `${this.device.label}: QP ${qpn} already has an owner; detach it first`);
+    this.byQpn[qpn] = sink;
+  }
+
+  /** Stops routing QP `qpn` (its late completions are dropped). */
+  detach(qpn: number, sink: CompletionSink): void {
+    if (this.byQpn[qpn] === sink) this.byQpn[qpn] = undefined;
+  }
+
+  /** More processes of this job on this host than cores (the device knows). */
+  get oversubscribed(): boolean {
+    return this.device.oversubscribed;
+  }
+
+  /**
+   * Polls the CQ until it is empty and hands each completion to its QP's owner; returns how
+   * many were handed out. Wakes the shared loop if it sleeps: a waiter may be satisfied now.
+   */
+  poll(): number {
+    const b = this.batch;
+    const byQpn = this.byQpn;
+    let total = 0;
+    for (;;) {
+      const n = this.device.cq.poll(b);
+      for (let i = 0; i < n; i++) {
+        const sink = byQpn[b.qpn[i]];
+        if (sink === undefined) continue;
+        sink.take(b, i);
+        if (sink.endBatch !== undefined && this.touched.indexOf(sink, 0) < 0) this.touched[this.nTouched++] = sink;
+      }
+      if (this.nTouched > 0) this.endBatch();
+      total += n;
+      if (n < b.capacity) break;
+    }
+    if (total > 0 && this.wake !== undefined) this.kick();
+    return total;
+  }
+
+  private endBatch(): void {
+    const t = this.touched;
+    const n = this.nTouched;
+    this.nTouched = 0;
+    for (let i = 0; i < n; i++) {
+      const s = t[i];
+      t[i] = undefined as unknown as CompletionSink;
+      s.endBatch!();
+    }
+  }
+
+  private readonly pollThenSyncReady = (): boolean => {
+    this.poll();
+    return this.syncReady();
+  };
+
+  /**
+   * Blocks until `ready()` (checked after every poll): spin, yield, sleep on the CQ. Throws
+   * the deadline's ETIMEDOUT / EABORTED, or what `ready` or `probe` throw.
+   */
+  waitSync(ready: () => boolean, call: WaitCall, probe?: () => void): void {
+    this.poll();
+    if (ready()) return;
+    const outer = this.syncReady;
+    this.syncReady = ready;
+    try {
+      waitSync(this.pollThenSyncReady, this.device.cq.doorbell, { oversubscribed: this.oversubscribed, call, probe });
+    } finally {
+      this.syncReady = outer;
+    }
+  }
+
+  /**
+   * Resolves when `ready()` (checked after every poll of the shared loop); rejects with what
+   * `ready` throws, or when `call`'s deadline passes or its signal aborts.
+   */
+  waitAsync(ready: () => boolean, call: WaitCall): Promise<void> {
+    try {
+      this.poll();
+      if (ready()) return Promise.resolve();
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    return new Promise<void>((resolve, reject) => {
+      const w: Waiter = { ready, call, resolve, reject };
+      const signal = call.deadline.signal;
+      if (signal) {
+        const onAbort = () => this.kick();
+        signal.addEventListener('abort', onAbort, { once: true });
+        const done = () => signal.removeEventListener('abort', onAbort);
+        w.resolve = () => (done(), resolve());
+        w.reject = (e) => (done(), reject(e));
+      }
+      this.waiters.push(w);
+      if (!this.looping) void this.loop();
+    });
+  }
+
+  /** Something other than a completion changed (new work, an abort): check every waiter now. */
+  kick(): void {
+    this.kicked = true;
+    const wake = this.wake;
+    if (wake !== undefined) {
+      this.wake = undefined;
+      wake();
+    }
+  }
+
+  /** Fails every async waiter with `err` (the device is going away). */
+  failAll(err: unknown): void {
+    for (const w of this.waiters.splice(0)) w.reject(err);
+    this.kick();
+  }
+
+  private readonly loopReady = (): boolean => this.poll() > 0 || this.kicked;
+
+  /** The CQ's doorbell, also ended by kick(). */
+  private readonly loopBell: Doorbell = {
+    beforeSleep: () => this.device.cq.doorbell.beforeSleep?.(),
+    sleepSync: (ms, ready) => this.device.cq.doorbell.sleepSync(ms, ready),
+    sleepAsync: (ms, ready) => {
+      if (this.kicked) return Promise.resolve();
+      const kicked = new Promise<void>((r) => (this.wake = r));
+      return Promise.race([this.device.cq.doorbell.sleepAsync(ms, ready), kicked]).finally(() => {
+        this.wake = undefined;
+      });
+    },
+  };
+
+  /**
+   * The shared progress loop of async waiters. While completions flow it polls and settles,
+   * letting the settled waiters' code run (a microtask: their next operations get posted) and
+   * the event loop turn at least every WAIT.turnEveryMs; when nothing comes, it waits on the
+   * CQ (spin, yield, sleep) until a completion, a kick, or the earliest waiter's deadline.
+   */
+  private async loop(): Promise<void> {
+    this.looping = true;
+    try {
+      let lastTurn = performance.now();
+      while (this.waiters.length > 0) {
+        const n = this.poll();
+        const settled = this.settle();
+        if (this.waiters.length === 0) break;
+        if (performance.now() - lastTurn > WAIT.turnEveryMs) {
+          await turn();
+          lastTurn = performance.now();
+          continue;
+        }
+        if (settled > 0 || n > 0) {
+          await Promise.resolve();
+          continue;
+        }
+        this.kicked = false;
+        try {
+          await waitAsync(this.loopReady, this.loopBell, { oversubscribed: this.oversubscribed, call: this.loopCall() });
+        } catch (err) {
+          if ((err as WeftError).code !== 'ETIMEDOUT') this.failAll(err);
+        }
+        lastTurn = performance.now();
+      }
+    } finally {
+      this.looping = false;
+      this.kicked = false;
+    }
+  }
+
+  /** Until the earliest waiter's deadline: its timeout then fires on time. */
+  private loopCall(): WaitCall {
+    let ms = Infinity;
+    for (const w of this.waiters) ms = Math.min(ms, w.call.deadline.remaining());
+    return { deadline: new Deadline(Math.max(0, ms)), what: `${this.device.label}: progress` };
+  }
+
+  /** Resolves or rejects every waiter that is done; returns how many. */
+  private settle(): number {
+    const ws = this.waiters;
+    let n = 0;
+    for (let i = 0; i < ws.length; i++) {
+      const w = ws[i];
+      let err: unknown;
+      try {
+        if (!w.ready()) {
+          const { deadline } = w.call;
+          if (!deadline.signal?.aborted && deadline.remaining() > 0) continue;
+          deadline.check(w.call.what);
+        }
+      } catch (e) {
+        err = e ?? new WeftError('ETRANSPORT', `${w.call.what}: failed`);
+      }
+      ws.splice(i--, 1);
+      n++;
+      if (err !== undefined) w.reject(err);
+      else w.resolve();
+    }
+    return n;
+  }
+}

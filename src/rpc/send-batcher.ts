@@ -1,0 +1,247 @@
+/**
+ * The send side of a copyrpc endpoint (deferred send): `call` and `reply` only write header
+ * + payload into the send ring; the open batch starts with a 32-byte flow-metadata
+ * placeholder. `flushBatch` (from RpcEngine.poll/flush) fills the metadata (our consumer
+ * position, a credit grant, the message count) and posts ONE WRITE_IMM for the whole batch,
+ * imm = bytes / 32, to the same virtual position in the peer's recv ring. A batch never
+ * reaches the end of a ring cycle (strict `<`): when the next message would, the batch is
+ * sent and a wrap marker (count 0xFFFFFFFF) tells the peer to skip to the next cycle.
+ *
+ * Positions are virtual byte counts held in doubles (exact below 2^53: about 100 days at
+ * 1 GB/s per direction); physical offsets are tracked incrementally, never by `%` on the
+ * hot path: `%` on a double is a C call in V8. Where low bits are needed, `x >>> 0` is x mod
+ * 2^32 for these non-negative integers, and every ring size and 32 divide 2^32.
+ */
+import { copyInto } from '../host/copy.js';
+import type { MemoryRegion, QueuePair, RemoteRegion } from '../nic/types.js';
+import { ALIGNMENT, FLOW_METADATA_SIZE as META, HEADER_SIZE, SIGNAL_INTERVAL, WRAP_MESSAGE_COUNT } from './constants.js';
+import type { FlowControl } from './flow-control.js';
+
+const TWO32 = 0x100000000;
+
+/** Work-request id of batch WRITE_IMMs on the endpoint's QP. */
+export const WR_BATCH = 0;
+
+/** What the send side needs from its endpoint. */
+export interface SendSide {
+  /** Counters (batchesSent, wrapsSent). */
+  readonly stats: { batchesSent: number; wrapsSent: number };
+  /** The consumer position we tell the peer, and the last one told (the receive side's). */
+  readonly release: { pos: number; notified: number };
+  /** A message was written: the endpoint must be flushed at the next poll. */
+  wrote(): void;
+  /** Debug mode (checkInvariant after every batch, call and reply). */
+  readonly debug: boolean;
+  checkInvariant(where: string): void;
+}
+
+export class SendBatcher {
+  /**
+   * The send ring; on shm, once connected, the peer's recv ring itself (see `inPlace`). The
+   * views and mask change once, in attach().
+   */
+  private s8: Uint8Array;
+  private s32: Uint32Array;
+  /** The send ring as int32 words, the destination of word-wise payload copies. */
+  private si32: Int32Array;
+  private sMask: number;
+  /**
+   * shm: calls and replies are written straight into the peer's recv ring (its mapping is
+   * ours too) and each batch is posted as a WRITE_IMM in place: no copy at flush, and the
+   * stores' cache-line transfers overlap the rest of the work instead of stalling the post.
+   * Only space the peer has released is written, as a copy at flush would.
+   */
+  private inPlace = false;
+  private remoteRecv: RemoteRegion | undefined;
+  private remoteRecvSize = 0;
+  /** Producer: virtual position of the next byte written to the send ring. */
+  P = 0;
+  /** P's offset in the send ring. */
+  private sOff = 0;
+  /** Everything before this has been posted. */
+  flushStart = 0;
+  /** Virtual position of the open batch's metadata, -1 when no batch is open. */
+  private metaPos = -1;
+  private metaOff = 0;
+  private batchCount = 0;
+  /** Where the write in progress will end (grants computed mid-write must leave it room). */
+  private writeEnd = 0;
+  private unsignaled = 0;
+
+  constructor(
+    private readonly side: SendSide,
+    private readonly flow: FlowControl,
+    private readonly qp: QueuePair,
+    /** Registered memory holding the send ring at offset 0. */
+    private readonly mr: MemoryRegion,
+    size: number,
+  ) {
+    const bytes = mr.bytes;
+    this.s8 = bytes.subarray(0, size);
+    this.s32 = new Uint32Array(bytes.buffer, bytes.byteOffset, size >>> 2);
+    this.si32 = new Int32Array(bytes.buffer, bytes.byteOffset, size >>> 2);
+    this.sMask = size - 1;
+  }
+
+  /** At connect: where batches go; on shm (`postWriteImmInPlace`) written there in place. */
+  attach(remoteRecv: RemoteRegion, remoteRecvSize: number): void {
+    this.remoteRecv = remoteRecv;
+    this.remoteRecvSize = remoteRecvSize;
+    const direct = remoteRecv.direct;
+    if (direct && this.qp.postWriteImmInPlace) {
+      // Offsets in the send ring become offsets in the peer's ring (sOff = P mod its size).
+      this.inPlace = true;
+      this.s8 = direct;
+      this.s32 = new Uint32Array(direct.buffer, direct.byteOffset, direct.length >>> 2);
+      this.si32 = new Int32Array(direct.buffer, direct.byteOffset, direct.length >>> 2);
+      this.sMask = remoteRecvSize - 1;
+    }
+  }
+
+  /** A batch is open (messages written and not posted). */
+  get open(): boolean {
+    return this.metaPos >= 0;
+  }
+
+  /** Bytes the producer advances to write a message of padded size m (metadata, wrap included). */
+  delta(m: number): number {
+    const C = this.flow.C;
+    const cMask = this.flow.cMask;
+    const c = this.sOff & cMask;
+    if (this.metaPos < 0) return c + META + m >= C ? C - c + META + m : META + m;
+    if ((this.metaOff & cMask) + (this.P - this.metaPos) + m >= C) return C - c + META + m;
+    return m;
+  }
+
+  /**
+   * Writes one message: its 12-byte header (words w0, w1 and the length) and payload, padded
+   * to m bytes. `end` is where the producer lands (P + delta(m)), for grants computed while
+   * the write wraps.
+   */
+  write(w0: number, w1: number, payload: Uint8Array, m: number, end: number): void {
+    this.writeEnd = end;
+    const at = this.reserve(m);
+    this.writeEnd = 0;
+    const w = at >>> 2;
+    const s32 = this.s32;
+    const len = payload.length;
+    s32[w] = w0;
+    s32[w + 1] = w1;
+    s32[w + 2] = len;
+    this.copyIn(payload, at + HEADER_SIZE, len, at + m);
+  }
+
+  /** Sends a metadata-only batch (consumer position and credit, no message). */
+  sendEmpty(): void {
+    this.reserve(0);
+    this.batchCount = 0;
+    this.flushBatch();
+  }
+
+  /** Makes room for a message of padded size m in the open batch; returns its ring offset. */
+  private reserve(m: number): number {
+    const C = this.flow.C;
+    const cMask = this.flow.cMask;
+    if (this.metaPos < 0) {
+      if ((this.sOff & cMask) + META + m >= C) this.wrap();
+      this.openBatch();
+    } else if ((this.metaOff & cMask) + (this.P - this.metaPos) + m >= C) {
+      this.flushBatch();
+      this.wrap();
+      this.openBatch();
+    }
+    const at = this.sOff;
+    this.P += m;
+    this.sOff += m;
+    this.batchCount++;
+    this.side.wrote();
+    return at;
+  }
+
+  private openBatch(): void {
+    this.metaPos = this.P;
+    this.metaOff = this.sOff;
+    this.P += META;
+    this.sOff += META;
+    this.batchCount = 0;
+  }
+
+  /**
+   * Emits a wrap marker at the producer and skips to the next cycle. Only its 32 bytes are
+   * transferred; the immediate covers the whole skip so the peer's producer lands on the
+   * cycle start.
+   */
+  private wrap(): void {
+    const at = this.sOff;
+    const start = this.P;
+    const skip = this.flow.C - (at & this.flow.cMask);
+    this.P += skip;
+    this.sOff = (at + skip) & this.sMask;
+    this.fillMetadata(at, WRAP_MESSAGE_COUNT);
+    this.post(at, start, META, skip);
+    this.flushStart = this.P;
+    this.side.stats.wrapsSent++;
+  }
+
+  /** Fills the open batch's metadata and posts it as one WRITE_IMM. */
+  flushBatch(): void {
+    if (this.metaPos < 0) return;
+    this.fillMetadata(this.metaOff, this.batchCount);
+    const len = this.P - this.metaPos;
+    this.post(this.metaOff, this.metaPos, len, len);
+    this.flushStart = this.P;
+    this.metaPos = -1;
+    this.batchCount = 0;
+    this.side.stats.batchesSent++;
+  }
+
+  private post(localOff: number, pos: number, len: number, span: number): void {
+    const signaled = ++this.unsignaled >= SIGNAL_INTERVAL;
+    if (signaled) this.unsignaled = 0;
+    const rOff = (pos >>> 0) & (this.remoteRecvSize - 1);
+    if (this.inPlace) this.qp.postWriteImmInPlace!(this.remoteRecv as RemoteRegion, rOff, len, span / ALIGNMENT, WR_BATCH, signaled);
+    else this.qp.postWriteImm(this.mr, localOff, this.remoteRecv as RemoteRegion, rOff, len, span / ALIGNMENT, WR_BATCH, signaled);
+  }
+
+  /** Writes consumer position, credit grant and count at send-ring offset `at`. */
+  private fillMetadata(at: number, count: number): void {
+    const grant = this.flow.grant(Math.max(this.P, this.writeEnd));
+    const release = this.side.release;
+    const rel = release.pos;
+    release.notified = rel;
+    const s32 = this.s32;
+    const w = at >>> 2;
+    s32[w] = rel >>> 0;
+    s32[w + 1] = (rel / TWO32) >>> 0;
+    s32[w + 2] = grant;
+    s32[w + 3] = 0;
+    s32[w + 4] = count;
+    s32[w + 5] = 0;
+    s32[w + 6] = 0;
+    s32[w + 7] = 0;
+    if (this.side.debug) this.side.checkInvariant('metadata');
+  }
+
+  /**
+   * Copies the payload and zeroes the padding up to `end`. Stores into shared memory cost
+   * about 1.5 ns per byte store here, so short payloads are assembled into 32-bit words
+   * (`dst` is 4-aligned: a 32-aligned message plus the 12-byte header): 20 ns for 32 B against
+   * 50 ns byte-wise or 29 ns through set(). Longer ones go through copyInto.
+   */
+  private copyIn(src: Uint8Array, dst: number, len: number, end: number): void {
+    const s8 = this.s8;
+    let p = dst + len;
+    if (len <= 64) {
+      const d32 = this.si32;
+      const n = len & ~3;
+      let i = 0;
+      for (let w = dst >>> 2; i < n; i += 4, w++) d32[w] = src[i] | (src[i + 1] << 8) | (src[i + 2] << 16) | (src[i + 3] << 24);
+      for (; i < len; i++) s8[dst + i] = src[i];
+    } else {
+      copyInto(s8, dst, src, 0, len);
+    }
+    while (p & 3 && p < end) s8[p++] = 0;
+    const s32 = this.s32;
+    for (let w = p >>> 2, e = end >>> 2; w < e; w++) s32[w] = 0;
+  }
+}
