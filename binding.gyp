@@ -2,29 +2,36 @@
   "variables": {
     "have_ofi%": "<!(pkg-config --exists libfabric && echo 1 || echo 0)"
   },
+  "target_defaults": {
+    "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],
+    "defines": ["NAPI_VERSION=8", "NODE_ADDON_API_DISABLE_DEPRECATED", "NAPI_DISABLE_CPP_EXCEPTIONS"],
+    "cflags_cc": ["-std=c++17", "-O3", "-fno-exceptions", "-Wall", "-Wextra", "-Wno-unused-parameter"],
+    "cflags_cc!": ["-fno-rtti"]
+  },
   "targets": [
     {
       "target_name": "weft",
       "sources": [
         "native/addon.cc",
+        "native/fail.cc",
         "native/shm.cc",
         "native/futex.cc",
         "native/proc.cc",
-        "native/ofi.cc",
         "native/reduce.cc",
         "native/reduce_isa.cc"
-      ],
-      "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],
-      "defines": ["NAPI_VERSION=8", "NODE_ADDON_API_DISABLE_DEPRECATED", "NAPI_DISABLE_CPP_EXCEPTIONS"],
-      "cflags_cc": ["-std=c++17", "-O3", "-fno-exceptions", "-Wall", "-Wextra", "-Wno-unused-parameter"],
-      "cflags_cc!": ["-fno-rtti"],
-      "conditions": [
-        ["have_ofi==1", {
-          "defines": ["WEFT_HAVE_OFI=1"],
-          "cflags_cc": ["<!@(pkg-config --cflags libfabric)"],
-          "libraries": ["<!@(pkg-config --libs libfabric)"]
-        }]
       ]
     }
+  ],
+  "conditions": [
+    ["have_ofi==1", {
+      "targets": [
+        {
+          "target_name": "weft_ofi",
+          "sources": ["native/ofi_addon.cc", "native/fail.cc", "native/ofi.cc"],
+          "cflags_cc": ["<!@(pkg-config --cflags libfabric)"],
+          "libraries": ["<!@(pkg-config --libs libfabric)"]
+        }
+      ]
+    }]
   ]
 }

@@ -1,23 +1,12 @@
-// Entry point of the weft native core: memory, futexes, process facts, the fabric and SIMD
-// reductions.
+// Entry point of the weft native core: memory, futexes, process facts and SIMD reductions.
+// The fabric lives in a second addon (weft_ofi.node, ofi_addon.cc), loaded only when a
+// program uses an ofi provider: linking libfabric here would make every process pay for it.
 #include "addon.h"
-
-namespace weft {
-
-Napi::Value Fail(Napi::Env env, const char* code, const std::string& message) {
-  Napi::Error err = Napi::Error::New(env, message);
-  err.Set("code", Napi::String::New(env, code));
-  err.ThrowAsJavaScriptException();
-  return env.Undefined();
-}
-
-}  // namespace weft
 
 static Napi::Object InitWeft(Napi::Env env, Napi::Object exports) {
   weft::InitShm(env, exports);
   weft::InitFutex(env, exports);
   weft::InitProc(env, exports);
-  weft::InitOfi(env, exports);
   weft::InitReduce(env, exports);
   return exports;
 }

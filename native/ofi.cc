@@ -5,10 +5,9 @@
 //   commands (16 words per command, see kCmd*): submit(n) posts n of them in one call;
 //   completions (8 words per entry, see kOut*): poll(max) fills up to max entries in one call.
 // Both use raw napi_* calls: node-addon-api's wrappers cost more than the post itself.
-// Everything libfabric-specific is under WEFT_HAVE_OFI; without it `ofi.available` is false.
+// Compiled into weft_ofi.node only (binding.gyp builds it where libfabric is found).
 #include "addon.h"
 
-#ifdef WEFT_HAVE_OFI
 #include <poll.h>
 #include <sys/random.h>
 #include <time.h>
@@ -25,11 +24,9 @@
 #include <set>
 #include <string>
 #include <vector>
-#endif
 
 namespace weft {
 
-#ifdef WEFT_HAVE_OFI
 namespace {
 
 // Command words (Uint32Array, kCmdWords per command).
@@ -716,15 +713,5 @@ void InitOfi(Napi::Env env, Napi::Object exports) {
   exports.Set("ofi", ofi);
 }
 
-#else
-
-void InitOfi(Napi::Env env, Napi::Object exports) {
-  Napi::Object ofi = Napi::Object::New(env);
-  ofi.Set("available", Napi::Boolean::New(env, false));
-  ofi.Set("reason", Napi::String::New(env, "weft was built without libfabric (pkg-config libfabric found nothing); install libfabric-dev and rebuild"));
-  exports.Set("ofi", ofi);
-}
-
-#endif
 
 }  // namespace weft

@@ -1,5 +1,6 @@
 // Process facts: is a pid alive, and when did it start (to tell a restarted pid from the
-// original owner of a segment or a connection).
+// original owner of a segment or a connection); the core to run on; signal handlers kept
+// across loading a library that installs its own.
 #include <sched.h>
 #include <signal.h>
 #include <sys/types.h>
@@ -94,7 +95,30 @@ Napi::Value BindToCpu(const Napi::CallbackInfo& info) {
   return Napi::Boolean::New(env, sched_setaffinity(0, sizeof(set), &set) == 0);
 }
 
+// keepSignalHandlers(fn): calls fn() and puts back every signal disposition it changed.
+// Loading libfabric on Debian loads libinfinipath, whose constructor installs handlers for
+// SIGTERM, SIGINT, SIGSEGV, SIGBUS, SIGILL and SIGABRT that call exit() inside the handler:
+// a SIGTERMed rank then exits 1 instead of dying by the signal, skips the launcher's cleanup
+// of killed ranks, and can deadlock on the exit lock. weft loads its fabric addon through here.
+Napi::Value KeepSignalHandlers(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 1 || !info[0].IsFunction()) return Fail(env, "EINVAL", "keepSignalHandlers(fn: () => T)");
+  struct sigaction saved[NSIG];
+  bool have[NSIG] = {};
+  for (int s = 1; s < NSIG; s++) {
+    if (s == SIGKILL || s == SIGSTOP) continue;
+    have[s] = sigaction(s, nullptr, &saved[s]) == 0;
+  }
+  Napi::Value result = info[0].As<Napi::Function>().Call({});
+  for (int s = 1; s < NSIG; s++) {
+    if (have[s]) sigaction(s, &saved[s], nullptr);
+  }
+  if (env.IsExceptionPending()) return env.Undefined();
+  return result;
+}
+
 void InitProc(Napi::Env env, Napi::Object exports) {
+  exports.Set("keepSignalHandlers", Napi::Function::New(env, KeepSignalHandlers, "keepSignalHandlers"));
   exports.Set("bindToCpu", Napi::Function::New(env, BindToCpu, "bindToCpu"));
   exports.Set("processStartTime", Napi::Function::New(env, ProcessStartTime, "processStartTime"));
   exports.Set("processAlive", Napi::Function::New(env, ProcessAlive, "processAlive"));

@@ -105,8 +105,9 @@ export async function launch(o: LaunchOptions): Promise<number> {
       });
       child.on('exit', (code, signal) => {
         exits[local] = { code, signal };
-        // A rank that was killed cannot remove its shared memory; its launcher can.
-        if (signal && child.pid) sweepProcessSegments(child.pid);
+        // A rank that was killed cannot remove its shared memory; its launcher can (a rank
+        // that exited cleanly left nothing: the sweep then finds nothing of its pid).
+        if (child.pid) sweepProcessSegments(child.pid);
         if ((code !== 0 || signal) && !stopping) {
           failure ??= `rank ${rank} ${signal ? `was killed by ${signal}` : `exited with status ${code}`}`;
           stopAll('SIGTERM');

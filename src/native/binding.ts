@@ -1,8 +1,14 @@
 /**
  * Loads the native core (build/Release/weft.node) and types its surface. Everything native
  * goes through this module, so the rest of the code never touches `require`.
+ *
+ * The fabric is a second addon (weft_ofi.node, linked with libfabric), loaded on the first
+ * read of `native.ofi`: a process on shared memory never maps libfabric. Where it is loaded,
+ * libinfinipath (which Debian's libfabric pulls in) must not take over the process's signals
+ * or write backtrace files into the working directory: see loadOfi.
  */
 import { createRequire } from 'node:module';
+import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import path from 'node:path';
 
@@ -100,6 +106,8 @@ export interface NativeBinding {
   yieldThread(): void;
   /** Pins the calling thread to one CPU (sched_setaffinity); false if refused. */
   bindToCpu(cpu: number): boolean;
+  /** Calls fn and puts back every signal disposition it changed (sigaction). */
+  keepSignalHandlers<T>(fn: () => T): T;
   /**
    * dst[i] = a[i] op b[i] for i < count, each view read from its byteOffset. dst may be a or b
    * exactly, never a partial overlap. Throws TypeError/RangeError (code EINVAL/ERANGE).
@@ -119,18 +127,18 @@ export interface NativeBinding {
   reduceCodes(): ReduceCodeTable;
   /** Seconds for `iterations` in-place kernel runs over private buffers (benchmarks only). */
   reduceKernelSeconds(op: number, dtype: number, count: number, iterations: number): number;
-  ofi: OfiBinding;
+  /** The fabric addon, loaded on first read (see loadOfi). */
+  readonly ofi: OfiBinding;
 }
 
 /** Root of the package (the folder holding package.json). */
 export const packageRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 
+const require = createRequire(import.meta.url);
+const BUILDS = ['Release', 'Debug'].map((b) => path.join(packageRoot, 'build', b));
+
 function load(): NativeBinding {
-  const require = createRequire(import.meta.url);
-  const candidates = [
-    path.join(packageRoot, 'build', 'Release', 'weft.node'),
-    path.join(packageRoot, 'build', 'Debug', 'weft.node'),
-  ];
+  const candidates = BUILDS.map((b) => path.join(b, 'weft.node'));
   let lastError: unknown;
   for (const file of candidates) {
     try {
@@ -142,5 +150,31 @@ function load(): NativeBinding {
   throw new Error(`weft: the native core is not built (looked in ${candidates.join(', ')}); run \`npm install\` or \`npx node-gyp rebuild\` in ${packageRoot}`, { cause: lastError });
 }
 
+/**
+ * Loads weft_ofi.node. libinfinipath's constructor installs signal handlers that call exit()
+ * (a SIGTERMed rank then exits 1, skipping its launcher's cleanup, and can deadlock in exit)
+ * and, on a crash, writes `<exe>.<host>s-<pid>,vm.btr` files into the working directory; the
+ * handlers are put back as they were and IPATH_NO_BACKTRACE turns the files off.
+ */
+function loadOfi(core: NativeBinding): OfiBinding {
+  const file = BUILDS.map((b) => path.join(b, 'weft_ofi.node')).find((f) => existsSync(f));
+  if (!file) {
+    return { available: false, reason: 'weft was built without libfabric (pkg-config libfabric found nothing at install); install libfabric-dev and rebuild (npm rebuild weft)' };
+  }
+  process.env.IPATH_NO_BACKTRACE ??= '1';
+  try {
+    return core.keepSignalHandlers(() => (require(file) as { ofi: OfiBinding }).ofi);
+  } catch (err) {
+    return { available: false, reason: `the fabric addon ${file} does not load: ${(err as Error).message}; is libfabric installed (apt-get install libfabric1)?` };
+  }
+}
+
+function bind(): NativeBinding {
+  const core = load();
+  let ofi: OfiBinding | undefined;
+  Object.defineProperty(core, 'ofi', { get: () => (ofi ??= loadOfi(core)), enumerable: true });
+  return core;
+}
+
 /** The loaded native core. */
-export const native: NativeBinding = load();
+export const native: NativeBinding = bind();

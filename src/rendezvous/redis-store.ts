@@ -1,7 +1,7 @@
 /**
  * RedisStore: the Store API on a Redis server (ioredis), for clusters that already run one.
  */
-import { Redis, type RedisOptions } from 'ioredis';
+import type { Redis, RedisOptions } from 'ioredis';
 import { WeftError } from '../errors.js';
 import { Deadline, defaultTimeoutMs, type WaitOptions } from '../util/deadline.js';
 import { ADD, ALL_SCRIPTS, CAS, MISSING, MSET, type RedisScript } from './redis-scripts.js';
@@ -74,7 +74,7 @@ export class RedisStore implements Store {
   private lastError: Error | undefined;
   private closed = false;
 
-  private constructor(url: string, options: RedisStoreOptions) {
+  private constructor(RedisClient: typeof Redis, url: string, options: RedisStoreOptions) {
     this.url = redactUrl(url);
     const ttl = options.ttlSeconds ?? 86_400;
     if (!Number.isInteger(ttl) || ttl < 0) throw new WeftError('EINVAL', `RedisStore ${this.url}: ttlSeconds must be a non-negative integer, got ${ttl}`);
@@ -91,7 +91,7 @@ export class RedisStore implements Store {
       autoResendUnfulfilledCommands: false,
       ...options.redis,
     };
-    this.client = new Redis(url, redisOptions);
+    this.client = new RedisClient(url, redisOptions);
     this.client.on('error', (e: Error) => (this.lastError = e));
     const db = (this.client.options.db ?? 0).toString();
     this.channelPrefix = `weft:${db}:`;
@@ -104,7 +104,10 @@ export class RedisStore implements Store {
    */
   static async connect(url: string, options: RedisStoreOptions = {}): Promise<RedisStore> {
     if (typeof url !== 'string' || !/^rediss?:\/\//i.test(url)) throw new WeftError('EINVAL', `RedisStore.connect: expected a redis:// or rediss:// URL, got ${typeof url === 'string' ? redactUrl(url) : typeof url}`);
-    const store = new RedisStore(url, options);
+    // Loaded here, not at import: ioredis costs every process ~70 ms to load, and most jobs
+    // never use Redis.
+    const { Redis: RedisClient } = await import('ioredis');
+    const store = new RedisStore(RedisClient, url, options);
     const deadline = new Deadline(options.timeoutMs, options.signal);
     try {
       store.client.connect().catch(() => {}); // failures are retried; readiness is awaited below

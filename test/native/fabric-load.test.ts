@@ -1,0 +1,117 @@
+/**
+ * libfabric is loaded only when a fabric is used, and loading it leaves the process's signal
+ * handling alone: libinfinipath (which Debian's libfabric pulls in) installs handlers that
+ * call exit() (a SIGTERMed rank exited 1 instead of 143, skipped its launcher's cleanup, and
+ * once deadlocked in exit) and writes backtrace files into the working directory.
+ */
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { fileURLToPath } from 'node:url';
+import path from 'node:path';
+import { createInterface } from 'node:readline';
+import { native } from '../../src/native/binding.js';
+import { listFabricSegments, listSegments } from '../../src/nic/index.js';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const CHILD = path.join(here, 'workers', 'fabric-child.js');
+const WEFT = path.resolve(here, '..', '..', '..', 'bin', 'weft.js');
+
+interface Report {
+  fabricMapped: boolean;
+  before: string;
+  after: string;
+  noBacktrace?: string;
+}
+
+/** Starts the child in a scratch directory; resolves with its first stdout line. */
+function start(mode: string, cwd: string): { child: ChildProcess; report: Promise<Report> } {
+  const child = spawn(process.execPath, [CHILD, mode], { cwd, stdio: ['ignore', 'pipe', 'inherit'] });
+  const report = new Promise<Report>((resolve, reject) => {
+    createInterface({ input: child.stdout! }).once('line', (l) => resolve(JSON.parse(l) as Report));
+    child.once('exit', (code, signal) => reject(new Error(`child exited (${signal ?? code}) before reporting`)));
+  });
+  return { child, report };
+}
+
+function exited(child: ChildProcess): Promise<{ code: number | null; signal: NodeJS.Signals | null; ms: number }> {
+  const t0 = performance.now();
+  return new Promise((resolve) => child.once('exit', (code, signal) => resolve({ code, signal, ms: performance.now() - t0 })));
+}
+
+test('an shm-only process never maps libfabric', async () => {
+  const dir = mkdtempSync(path.join(tmpdir(), 'weft-fabric-'));
+  try {
+    const { child, report } = start('shm', dir);
+    const r = await report;
+    await exited(child);
+    assert.is(r.fabricMapped, false);
+    assert.is(r.after, r.before, 'the caught-signal mask changed');
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+const ofi = native.ofi.available ? test : test.skip;
+
+ofi('loading libfabric keeps the signal handlers; SIGTERM in a wait kills with the signal (143), no backtrace files', async () => {
+  const dir = mkdtempSync(path.join(tmpdir(), 'weft-fabric-'));
+  try {
+    const { child, report } = start('ofi-wait', dir);
+    const r = await report;
+    assert.is(r.fabricMapped, true);
+    assert.is(r.after, r.before, `loading libfabric changed the caught signals from ${r.before} to ${r.after}`);
+    assert.is(r.noBacktrace, '1');
+    const ended = exited(child);
+    child.kill('SIGTERM');
+    const e = await ended;
+    assert.is(e.signal, 'SIGTERM', `exit code ${e.code} instead of death by SIGTERM`);
+    assert.ok(e.ms < 5000, `took ${e.ms} ms to die`);
+    assert.equal(readdirSync(dir).filter((f) => f.endsWith('.btr')), []);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+ofi('weft run over ofi: a rank SIGTERMed inside allreduceSync dies by the signal and the job leaves nothing in /dev/shm', async () => {
+  const dir = mkdtempSync(path.join(tmpdir(), 'weft-fabric-'));
+  try {
+    const script = path.join(dir, 'rank.mjs');
+    writeFileSync(
+      script,
+      [
+        `import { init } from ${JSON.stringify(path.resolve(here, '..', '..', 'src', 'index.js'))};`,
+        'const ctx = await init({ timeoutMs: 30_000 });',
+        "console.log(`pid ${process.pid}`);",
+        // Rank 0 waits in a blocking allreduce that rank 1 never joins.
+        'if (ctx.rank === 0) ctx.allreduceSync(new Float32Array(1024), { timeoutMs: 30_000 });',
+        'else await new Promise((r) => setTimeout(r, 30_000));',
+      ].join('\n'),
+    );
+    const before = new Set([...listSegments(), ...listFabricSegments().map((s) => s.name)]);
+    const run = spawn(process.execPath, [WEFT, 'run', '-n', '2', '--provider', 'ofi', script], { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] });
+    let err = '';
+    run.stderr!.on('data', (d: Buffer) => (err += d.toString()));
+    const rank0 = await new Promise<number>((resolve) => {
+      createInterface({ input: run.stdout! }).on('line', (l) => {
+        const m = /^\[rank 0\] pid (\d+)$/.exec(l);
+        if (m) resolve(Number(m[1]));
+      });
+    });
+    await new Promise((r) => setTimeout(r, 300)); // let it enter the wait
+    const ended = exited(run);
+    process.kill(rank0, 'SIGTERM');
+    const e = await ended;
+    assert.ok(e.ms < 10_000, `the job took ${e.ms} ms to stop`);
+    assert.match(err, /rank 0 was killed by SIGTERM/);
+    const left = [...listSegments(), ...listFabricSegments().map((s) => s.name)].filter((n) => !before.has(n));
+    assert.equal(left, [], `left in /dev/shm: ${left.join(', ')}`);
+    assert.equal(readdirSync(dir).filter((f) => f.endsWith('.btr')), []);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test.run();
