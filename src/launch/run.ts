@@ -13,7 +13,7 @@ import path from 'node:path';
 import { WeftError } from '../errors.js';
 import { native } from '../native/binding.js';
 import { sweepProcessSegments } from '../nic/index.js';
-import { TcpStoreServer } from '../rendezvous/tcp-server.js';
+import { TcpStoreServer } from '../rendezvous/stores/tcp/server.js';
 
 export interface LaunchOptions {
   /** Ranks on this host. */

@@ -18,12 +18,12 @@
 import { fileURLToPath } from 'node:url';
 import { WeftError } from '../errors.js';
 import type { WaitOptions } from '../util/deadline.js';
-import { FileStore, type FileStoreOptions } from './file-store.js';
+import { FileStore, type FileStoreOptions } from './stores/file/store.js';
 import { PrefixStore } from './prefix-store.js';
-import { RedisStore, redactUrl, type RedisStoreOptions } from './redis-store.js';
+import { RedisStore, redactUrl, type RedisStoreOptions } from './stores/redis/store.js';
 import type { Store } from './store.js';
-import { TcpStoreServer } from './tcp-server.js';
-import { parseTcpUrl, TcpStore, type TcpStoreOptions } from './tcp-store.js';
+import { TcpStoreServer } from './stores/tcp/server.js';
+import { parseTcpUrl, TcpStore, type TcpStoreOptions } from './stores/tcp/store.js';
 
 export interface OpenStoreOptions extends WaitOptions {
   /** tcp:// only: host the TcpStoreServer in this process (rank 0) on the URL's host and port. */

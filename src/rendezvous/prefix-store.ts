@@ -3,8 +3,8 @@
  */
 import { WeftError } from '../errors.js';
 import type { WaitOptions } from '../util/deadline.js';
-import type { SetOptions, Store } from './store.js';
-import { checkKey, checkKeys, newStats, type CloseOptions, type StoreStats } from './support.js';
+import { newStats, type CloseOptions, type SetOptions, type Store, type StoreStats } from './store.js';
+import { checkKey, checkKeys } from './stores/shared/arguments.js';
 
 /** A store that can delete every key under a prefix (all weft backends can). */
 export interface PurgeableStore extends Store {

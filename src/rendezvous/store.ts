@@ -40,3 +40,21 @@ export interface Store {
   /** Releases connections (and, for servers, stops serving). */
   close(): Promise<void>;
 }
+
+/** Requests a store issued; benchmarks read these to show O(1) round trips per rank. */
+export interface StoreStats {
+  /** Backend commands issued (Redis commands, TcpStore frames, FileStore file-system calls). */
+  commands: number;
+  /** Times the caller waited for the backend to answer (a pipeline or batch counts once). */
+  roundTrips: number;
+}
+
+/** Options of `close()` on every store. */
+export interface CloseOptions {
+  /** Also delete this job's keys first (see `purge`). On a PrefixStore: every key under its prefix. */
+  purge?: boolean;
+}
+
+export function newStats(): StoreStats {
+  return { commands: 0, roundTrips: 0 };
+}

@@ -10,9 +10,9 @@ import path from 'node:path';
 import { fork } from 'node:child_process';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { openStore, type OpenStoreOptions } from '../../src/rendezvous/open.js';
-import { TcpStoreServer } from '../../src/rendezvous/tcp-server.js';
+import { TcpStoreServer } from '../../src/rendezvous/stores/tcp/server.js';
 import type { Store } from '../../src/rendezvous/store.js';
-import type { CloseOptions, StoreStats } from '../../src/rendezvous/support.js';
+import type { CloseOptions, StoreStats } from '../../src/rendezvous/store.js';
 
 export type StatStore = Store & { stats: StoreStats; close(options?: CloseOptions): Promise<void> };
 

@@ -8,7 +8,7 @@ import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { hostname, tmpdir } from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { FileStore } from '../../src/rendezvous/file-store.js';
+import { FileStore } from '../../src/rendezvous/stores/file/store.js';
 import { runChild } from '../helpers/store-backends.js';
 
 const enc = (s: string) => new TextEncoder().encode(s);

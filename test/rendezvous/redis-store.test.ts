@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { Redis } from 'ioredis';
 import { WeftError } from '../../src/errors.js';
-import { RedisStore, redactUrl } from '../../src/rendezvous/redis-store.js';
+import { RedisStore, redactUrl } from '../../src/rendezvous/stores/redis/store.js';
 import { PrefixStore } from '../../src/rendezvous/prefix-store.js';
 import { freshPrefix, redisUrl, runChild } from '../helpers/store-backends.js';
 

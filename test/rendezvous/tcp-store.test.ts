@@ -11,13 +11,13 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { WeftError } from '../../src/errors.js';
-import { TcpStoreServer } from '../../src/rendezvous/tcp-server.js';
-import { TcpStore } from '../../src/rendezvous/tcp-store.js';
-import { FileStore } from '../../src/rendezvous/file-store.js';
+import { TcpStoreServer } from '../../src/rendezvous/stores/tcp/server.js';
+import { TcpStore } from '../../src/rendezvous/stores/tcp/store.js';
+import { FileStore } from '../../src/rendezvous/stores/file/store.js';
 import { PrefixStore } from '../../src/rendezvous/prefix-store.js';
-import { RedisStore } from '../../src/rendezvous/redis-store.js';
+import { RedisStore } from '../../src/rendezvous/stores/redis/store.js';
 import { openStore } from '../../src/rendezvous/open.js';
-import { FrameReader, FrameSplitter, FrameWriter, MAGIC, Op, ProtocolError, VERSION } from '../../src/rendezvous/tcp-protocol.js';
+import { FrameReader, FrameSplitter, FrameWriter, MAGIC, Op, ProtocolError, VERSION } from '../../src/rendezvous/stores/tcp/protocol.js';
 import { redisUrl } from '../helpers/store-backends.js';
 
 const enc = (s: string) => new TextEncoder().encode(s);

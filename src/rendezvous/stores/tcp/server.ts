@@ -3,9 +3,10 @@
  * (or the launcher) hosts it; every rank, rank 0 included, talks to it with TcpStore.
  */
 import { createServer, type AddressInfo, type Server, type Socket } from 'node:net';
-import { WeftError } from '../errors.js';
-import { encodeCounter, newStats, sameBytes, type StoreStats } from './support.js';
-import { DEFAULT_MAX_FRAME, FLAG_ONCE, FrameReader, FrameSplitter, FrameWriter, MAGIC, Op, ProtocolError, Status, VERSION } from './tcp-protocol.js';
+import { WeftError } from '../../../errors.js';
+import { encodeCounter, sameBytes } from '../shared/values.js';
+import { newStats, type StoreStats } from '../../store.js';
+import { DEFAULT_MAX_FRAME, FLAG_ONCE, FrameReader, FrameSplitter, FrameWriter, MAGIC, Op, ProtocolError, Status, VERSION } from './protocol.js';
 
 export interface TcpStoreServerOptions {
   /** Interface to listen on (default 127.0.0.1; use 0.0.0.0 or the host's address for multi-host jobs). */
@@ -36,7 +37,7 @@ interface Conn {
 }
 
 /**
- * Serves the TcpStore protocol (see tcp-protocol.ts) from memory. Waits are held on the
+ * Serves the TcpStore protocol (see protocol.ts) from memory. Waits are held on the
  * server and answered when the keys exist, so clients never poll. A client sending
  * malformed bytes loses its connection (logged); the server keeps serving the others.
  *

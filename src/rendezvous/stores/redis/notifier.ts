@@ -4,7 +4,7 @@
  * value on the key's channel, so a waiter gets the value pushed to it the moment it is set.
  */
 import type { Redis } from 'ioredis';
-import type { StoreStats } from './support.js';
+import type { StoreStats } from '../../store.js';
 
 type Listener = (value: Buffer) => void;
 

@@ -1,79 +1,10 @@
 /**
- * Pieces every store backend shares: argument checks, the statistics counters, the
- * write-once conflict error, and the wait loop (check, watch for changes, re-check, with a
- * bounded backoff poll as the safety net) whose timeout error lists the keys still missing.
+ * The wait loop every store backend shares (check, watch for changes, re-check, with a
+ * bounded backoff poll as the safety net) whose timeout error lists the keys still missing,
+ * and the deadline helpers around it.
  */
-import { WeftError } from '../errors.js';
-import { Deadline, type WaitOptions } from '../util/deadline.js';
-
-/** Requests a store issued; benchmarks read these to show O(1) round trips per rank. */
-export interface StoreStats {
-  /** Backend commands issued (Redis commands, TcpStore frames, FileStore file-system calls). */
-  commands: number;
-  /** Times the caller waited for the backend to answer (a pipeline or batch counts once). */
-  roundTrips: number;
-}
-
-/** Options of `close()` on every store. */
-export interface CloseOptions {
-  /** Also delete this job's keys first (see `purge`). On a PrefixStore: every key under its prefix. */
-  purge?: boolean;
-}
-
-export function newStats(): StoreStats {
-  return { commands: 0, roundTrips: 0 };
-}
-
-export function checkKey(where: string, key: unknown): asserts key is string {
-  if (typeof key !== 'string' || key.length === 0) throw new WeftError('EINVAL', `${where}: a key must be a non-empty string, got ${typeof key === 'string' ? 'an empty string' : typeof key}`);
-}
-
-export function checkKeys(where: string, keys: unknown): asserts keys is string[] {
-  if (!Array.isArray(keys)) throw new WeftError('EINVAL', `${where}: keys must be an array of strings`);
-  for (const k of keys) checkKey(where, k);
-}
-
-export function checkValue(where: string, key: string, value: unknown): asserts value is Uint8Array {
-  if (!(value instanceof Uint8Array)) throw new WeftError('EINVAL', `${where}('${key}'): the value must be a Uint8Array (encode strings with TextEncoder), got ${value === null ? 'null' : typeof value}`);
-}
-
-export function checkDelta(where: string, key: string, delta: unknown): asserts delta is number {
-  if (typeof delta !== 'number' || !Number.isSafeInteger(delta)) throw new WeftError('EINVAL', `${where}('${key}'): delta must be a safe integer, got ${String(delta)}`);
-}
-
-export function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
-  if (a.byteLength !== b.byteLength) return false;
-  for (let i = 0; i < a.byteLength; i++) if (a[i] !== b[i]) return false;
-  return true;
-}
-
-/** Counter values are stored as ASCII decimal, as in torch, so `get` of a counter is readable. */
-export function encodeCounter(n: number | bigint): Uint8Array {
-  return new TextEncoder().encode(String(n));
-}
-
-/** A short, printable rendering of a value for error messages. */
-export function preview(v: Uint8Array): string {
-  const text = new TextDecoder('utf-8', { fatal: false }).decode(v.subarray(0, 48));
-  // eslint-disable-next-line no-control-regex
-  if (!/[\u0000-\u0008\u000e-\u001f\ufffd]/.test(text)) return `"${text}${v.byteLength > 48 ? '…' : ''}" (${v.byteLength} bytes)`;
-  const hex = Buffer.from(v.subarray(0, 16)).toString('hex');
-  return `0x${hex}${v.byteLength > 16 ? '…' : ''} (${v.byteLength} bytes)`;
-}
-
-/**
- * EEXIST for a write-once key: names the key and, when both are known and differ, both
- * values, and says what usually causes it.
- */
-export function existsError(where: string, key: string, existing?: Uint8Array, attempted?: Uint8Array): WeftError {
-  let values = '';
-  if (existing && attempted) {
-    values = sameBytes(existing, attempted)
-      ? ` (with the same value ${preview(existing)})`
-      : `: it holds ${preview(existing)}, this write was ${preview(attempted)}`;
-  }
-  return new WeftError('EEXIST', `${where}: write-once key '${key}' was already set${values}. Two ranks with the same rank number, or a stale job that used the same prefix? Start the job with a fresh prefix (or purge the old one's keys).`);
-}
+import { WeftError } from '../../../errors.js';
+import { Deadline, type WaitOptions } from '../../../util/deadline.js';
 
 /** Lists keys for messages without flooding them. */
 export function listKeys(keys: string[], max = 10): string {

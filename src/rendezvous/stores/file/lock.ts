@@ -6,9 +6,9 @@
  */
 import { hostname } from 'node:os';
 import { open, readFile, stat, unlink } from 'node:fs/promises';
-import { WeftError } from '../errors.js';
-import type { Deadline } from '../util/deadline.js';
-import { sleep } from './support.js';
+import { WeftError } from '../../../errors.js';
+import type { Deadline } from '../../../util/deadline.js';
+import { sleep } from '../shared/wait-for-keys.js';
 
 const HOST = hostname();
 

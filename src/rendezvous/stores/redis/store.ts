@@ -2,15 +2,14 @@
  * RedisStore: the Store API on a Redis server (ioredis), for clusters that already run one.
  */
 import type { Redis, RedisOptions } from 'ioredis';
-import { WeftError } from '../errors.js';
-import { Deadline, defaultTimeoutMs, type WaitOptions } from '../util/deadline.js';
-import { ADD, ALL_SCRIPTS, CAS, MISSING, MSET, type RedisScript } from './redis-scripts.js';
-import { RedisNotifier } from './redis-notify.js';
-import type { SetOptions, Store } from './store.js';
-import {
-  checkDelta, checkKey, checkKeys, checkValue, existsError, listKeys, newStats, waitForKeys, withDeadline,
-  type CloseOptions, type StoreStats,
-} from './support.js';
+import { WeftError } from '../../../errors.js';
+import { Deadline, defaultTimeoutMs, type WaitOptions } from '../../../util/deadline.js';
+import { ADD, ALL_SCRIPTS, CAS, MISSING, MSET, type RedisScript } from './scripts.js';
+import { RedisNotifier } from './notifier.js';
+import { newStats, type CloseOptions, type SetOptions, type Store, type StoreStats } from '../../store.js';
+import { checkDelta, checkKey, checkKeys, checkValue } from '../shared/arguments.js';
+import { existsError } from '../shared/values.js';
+import { listKeys, waitForKeys, withDeadline } from '../shared/wait-for-keys.js';
 
 export interface RedisStoreOptions extends WaitOptions {
   /**

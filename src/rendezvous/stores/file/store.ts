@@ -6,14 +6,13 @@ import { watch, mkdirSync, type FSWatcher } from 'node:fs';
 import { link, readdir, readFile, rename, unlink, writeFile } from 'node:fs/promises';
 import { randomBytes } from 'node:crypto';
 import path from 'node:path';
-import { WeftError } from '../errors.js';
-import { Deadline, defaultTimeoutMs, type WaitOptions } from '../util/deadline.js';
-import { withLock } from './file-lock.js';
-import type { SetOptions, Store } from './store.js';
-import {
-  checkDelta, checkKey, checkKeys, checkValue, encodeCounter, existsError, newStats, sameBytes, waitForKeys,
-  type CloseOptions, type StoreStats,
-} from './support.js';
+import { WeftError } from '../../../errors.js';
+import { Deadline, defaultTimeoutMs, type WaitOptions } from '../../../util/deadline.js';
+import { withLock } from './lock.js';
+import { newStats, type CloseOptions, type SetOptions, type Store, type StoreStats } from '../../store.js';
+import { checkDelta, checkKey, checkKeys, checkValue } from '../shared/arguments.js';
+import { encodeCounter, existsError, sameBytes } from '../shared/values.js';
+import { waitForKeys } from '../shared/wait-for-keys.js';
 
 export interface FileStoreOptions {
   /** Bound of add/compareSet's wait for the lock (default WEFT_TIMEOUT_MS or 30 s). */

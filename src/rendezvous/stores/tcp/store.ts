@@ -1,15 +1,14 @@
 /**
- * TcpStore: the client of TcpStoreServer (binary protocol in tcp-protocol.ts).
+ * TcpStore: the client of TcpStoreServer (binary protocol in protocol.ts).
  */
 import { connect as netConnect, type Socket } from 'node:net';
-import { WeftError } from '../errors.js';
-import { Deadline, defaultTimeoutMs, type WaitOptions } from '../util/deadline.js';
-import type { SetOptions, Store } from './store.js';
-import {
-  checkDelta, checkKey, checkKeys, checkValue, existsError, listKeys, newStats, sleep, waitError,
-  type CloseOptions, type StoreStats,
-} from './support.js';
-import { DEFAULT_MAX_FRAME, FLAG_ONCE, FrameReader, FrameSplitter, FrameWriter, MAGIC, Op, ProtocolError, Status, VERSION } from './tcp-protocol.js';
+import { WeftError } from '../../../errors.js';
+import { Deadline, defaultTimeoutMs, type WaitOptions } from '../../../util/deadline.js';
+import { newStats, type CloseOptions, type SetOptions, type Store, type StoreStats } from '../../store.js';
+import { checkDelta, checkKey, checkKeys, checkValue } from '../shared/arguments.js';
+import { existsError } from '../shared/values.js';
+import { listKeys, sleep, waitError } from '../shared/wait-for-keys.js';
+import { DEFAULT_MAX_FRAME, FLAG_ONCE, FrameReader, FrameSplitter, FrameWriter, MAGIC, Op, ProtocolError, Status, VERSION } from './protocol.js';
 
 export interface TcpStoreOptions extends WaitOptions {
   /** Bound of operations that take no WaitOptions (set, add, ...); default WEFT_TIMEOUT_MS or 30 s. */
