@@ -4,7 +4,7 @@
  * these are the latency and rate of the synchronous path.
  */
 import { CompletionBatch, Opcode, Status } from '../src/nic/index.js';
-import { joinMesh } from '../src/launch/local-group.js';
+import { joinMesh } from '../harness/local-group.js';
 
 const [scenario, rankS, nS, provider, argsJson] = process.argv.slice(2);
 const rank = Number(rankS);

@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url';
 import path from 'node:path';
 import { Command } from 'commander';
 import { native } from '../src/native/binding.js';
-import { runScenario } from '../src/launch/local-group.js';
+import { runScenario } from '../harness/local-group.js';
 import { fiPingPong, haveFiPingPong } from './lib/fi-pingpong.js';
 import { formatBytes, formatNumber, median, saveResults, table, type BenchRecord } from './lib/stats.js';
 

@@ -10,7 +10,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Command } from 'commander';
 import { native } from '../../src/native/binding.js';
-import { runScenario } from '../../src/launch/local-group.js';
+import { runScenario } from '../../harness/local-group.js';
 import { formatNumber, median, saveResults, table, type BenchRecord } from '../lib/stats.js';
 import { benchPeer, PEER_SYSTEMS } from './peers.js';
 

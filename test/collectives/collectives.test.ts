@@ -1,5 +1,5 @@
 // Collectives across real processes: `weft run -n N` starts the ranks of
-// test/helpers/collectives-rank.ts, each checks every result against its own reference.
+// test/collectives/workers/collectives-rank.ts, each checks every result against its own reference.
 // Normal runs: shm at 2..5 ranks and ofi (tcp) at 2 and 3 with the full size set (up to
 // 1 MiB + 3 elements), ofi at 4 and 5 with a smaller large size; WEFT_SOAK=1 runs everything
 // at full size.
@@ -13,7 +13,7 @@ import { fileURLToPath } from 'node:url';
 const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(here, '..', '..', '..');
 const WEFT = path.join(root, 'bin', 'weft.js');
-const RANK = path.join(root, 'dist', 'test', 'helpers', 'collectives-rank.js');
+const RANK = path.join(root, 'dist', 'test', 'collectives', 'workers', 'collectives-rank.js');
 const soak = process.env.WEFT_SOAK === '1';
 const hasOfi = (await import('../../src/native/binding.js')).native.ofi.available;
 

@@ -8,7 +8,7 @@ import path from 'node:path';
 import { native } from '../../src/native/binding.js';
 import { sweepDeadSegments, parseSegmentName } from '../../src/nic/index.js';
 
-const CHILD = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'helpers', 'atomics-child.js');
+const CHILD = path.join(path.dirname(fileURLToPath(import.meta.url)), 'workers', 'atomics-child.js');
 const uniq = () => `/weft-test-${process.pid}-${Math.floor(Math.random() * 1e9)}`;
 
 function runChild(args: string[]): Promise<number> {

@@ -1,12 +1,21 @@
 /**
  * NIC conformance: every case runs against every provider built here, with peers in separate
- * real processes (test/helpers/nic-worker.ts). Same expectations for shm and ofi.
+ * real processes (test/nic/workers/conformance-worker.ts). Same expectations for shm and ofi.
  */
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { native } from '../../src/native/binding.js';
 import { listSegments, parseSegmentName } from '../../src/nic/index.js';
-import { runScenario } from '../helpers/mesh.js';
+import { runScenario as run, type RunOptions, type ScenarioRun } from '../../harness/local-group.js';
+
+const WORKER = path.join(path.dirname(fileURLToPath(import.meta.url)), 'workers', 'conformance-worker.js');
+
+/** Runs a conformance scenario in N processes. */
+function runScenario(scenario: string, opts: Omit<RunOptions, 'worker'>): Promise<ScenarioRun> {
+  return run(scenario, { ...opts, worker: WORKER });
+}
 
 const providers = ['shm'];
 if (native.ofi.available) providers.push('ofi');

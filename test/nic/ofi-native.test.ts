@@ -1,5 +1,5 @@
 /**
- * The ofi provider against a peer in a separate real process (test/helpers/ofi-peer.ts), over
+ * The ofi provider against a peer in a separate real process (test/nic/workers/ofi-peer.ts), over
  * libfabric tcp;ofi_rxm and shm: ordered WRITE_IMM streams, READ, refused accesses (bad key,
  * out of bounds, deregistered) leaving target memory unchanged, credit back-pressure, a
  * SIGKILLed peer, and quick latency/bandwidth numbers (printed, not asserted).
@@ -12,9 +12,9 @@ import * as assert from 'uvu/assert';
 import { native } from '../../src/native/binding.js';
 import { createDevice, sweepProcessSegments, CompletionBatch, Opcode, Status, statusName, type Device, type MemoryRegion, type QueuePair, type RemoteRegion } from '../../src/nic/index.js';
 import { DESCRIPTOR_KEY_OFFSET } from '../../src/nic/ofi/wire.js';
-import { prng, randomPool } from '../helpers/mesh.js';
+import { prng, randomPool } from '../../harness/data.js';
 
-const HELPER = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'helpers', 'ofi-peer.js');
+const HELPER = path.join(path.dirname(fileURLToPath(import.meta.url)), 'workers', 'ofi-peer.js');
 const hex = (b: Uint8Array) => Buffer.from(b).toString('hex');
 const unhex = (s: string) => new Uint8Array(Buffer.from(s, 'hex'));
 

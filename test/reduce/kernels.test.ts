@@ -28,9 +28,9 @@ import {
   type ReduceOp,
   type TypedArray,
 } from '../../src/reduce/index.js';
-import { BFLOAT16, FLOAT16, STORAGE, checkBinary, checkMany, decodeHalf, definedPairs, encodeHalf } from '../helpers/reduce-reference.js';
+import { BFLOAT16, FLOAT16, STORAGE, checkBinary, checkMany, decodeHalf, definedPairs, encodeHalf } from './reference.js';
 
-const CHILD = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'helpers', 'reduce-child.js');
+const CHILD = path.join(path.dirname(fileURLToPath(import.meta.url)), 'workers', 'reduce-child.js');
 const isa = reduceIsa();
 
 /** a op b elementwise through reduceInto, on fresh typed arrays of dtype's storage. */

@@ -9,7 +9,7 @@ import { hostname, tmpdir } from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { FileStore } from '../../src/rendezvous/stores/file/store.js';
-import { runChild } from '../helpers/store-backends.js';
+import { runChild } from './backends.js';
 
 const enc = (s: string) => new TextEncoder().encode(s);
 const dec = (b: Uint8Array) => new TextDecoder().decode(b);

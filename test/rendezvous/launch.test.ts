@@ -10,7 +10,7 @@ import { rankFromEnv } from '../../src/rendezvous/env.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 const WEFT = path.join(root, 'bin', 'weft.js');
-const RANK = path.join(root, 'test', 'fixtures', 'mesh-rank.mjs');
+const RANK = path.join(root, 'test', 'rendezvous', 'workers', 'mesh-rank.mjs');
 
 interface Run {
   code: number | null;

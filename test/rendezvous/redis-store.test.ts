@@ -13,20 +13,8 @@ import { Redis } from 'ioredis';
 import { WeftError } from '../../src/errors.js';
 import { RedisStore, redactUrl } from '../../src/rendezvous/stores/redis/store.js';
 import { PrefixStore } from '../../src/rendezvous/prefix-store.js';
-import { freshPrefix, redisUrl, runChild } from '../helpers/store-backends.js';
+import { dec, enc, failure, freshPrefix, redisUrl, runChild } from './backends.js';
 
-const enc = (s: string) => new TextEncoder().encode(s);
-const dec = (b: Uint8Array) => new TextDecoder().decode(b);
-
-async function failure(p: Promise<unknown>): Promise<WeftError> {
-  try {
-    await p;
-  } catch (e) {
-    assert.instance(e, WeftError);
-    return e as WeftError;
-  }
-  throw new Error('expected a failure');
-}
 
 function withAuth(user: string, password: string, db?: number): string {
   const u = new URL(redisUrl());

@@ -5,10 +5,8 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { WeftError } from '../../src/errors.js';
-import { startBackends, freshPrefix, runChild, type Backend, type StatStore } from '../helpers/store-backends.js';
+import { dec, enc, startBackends, freshPrefix, runChild, type Backend, type StatStore } from './backends.js';
 
-const enc = (s: string) => new TextEncoder().encode(s);
-const dec = (b: Uint8Array) => new TextDecoder().decode(b);
 const code = (c: string) => (e: unknown) => e instanceof WeftError && e.code === c;
 
 async function rejects(p: Promise<unknown>, c: string, ...parts: (string | RegExp)[]): Promise<WeftError> {

@@ -18,20 +18,8 @@ import { PrefixStore } from '../../src/rendezvous/prefix-store.js';
 import { RedisStore } from '../../src/rendezvous/stores/redis/store.js';
 import { openStore } from '../../src/rendezvous/open.js';
 import { FrameReader, FrameSplitter, FrameWriter, MAGIC, Op, ProtocolError, VERSION } from '../../src/rendezvous/stores/tcp/protocol.js';
-import { redisUrl } from '../helpers/store-backends.js';
+import { dec, enc, failure, redisUrl } from './backends.js';
 
-const enc = (s: string) => new TextEncoder().encode(s);
-const dec = (b: Uint8Array) => new TextDecoder().decode(b);
-
-async function failure(p: Promise<unknown>): Promise<WeftError> {
-  try {
-    await p;
-  } catch (e) {
-    assert.instance(e, WeftError);
-    return e as WeftError;
-  }
-  throw new Error('expected a failure');
-}
 
 /** Sends raw bytes; resolves when the server closed the connection (or after 3 s: false). */
 function sendRaw(port: number, bytes: Buffer, thenEnd = false): Promise<boolean> {

@@ -4,8 +4,8 @@
  */
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
-import { runScenario } from '../../src/launch/local-group.js';
-import { WORKER, providers } from '../helpers/rpc-setup.js';
+import { runScenario } from '../../harness/local-group.js';
+import { WORKER, providers } from './setup.js';
 
 for (const provider of providers) {
   const test = suite(`copyrpc dead peer (${provider})`);

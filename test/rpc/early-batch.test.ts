@@ -1,5 +1,5 @@
 /**
- * Batches that reach an endpoint before its connect() (test/helpers/rpc-early.ts, scenario
+ * Batches that reach an endpoint before its connect() (test/rpc/workers/early.ts, scenario
  * earlyBatch): rank 1 serves (so its context is polled) and has created its endpoint, but
  * connects it only ~400 ms after rank 0 connected and flushed several requests, each in its
  * own batch and of a distinct length. Those batches must be kept and decoded, in order, at
@@ -12,8 +12,8 @@
  */
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
-import { runScenario } from '../../src/launch/local-group.js';
-import { WORKER, providers } from '../helpers/rpc-setup.js';
+import { runScenario } from '../../harness/local-group.js';
+import { WORKER, providers } from './setup.js';
 
 interface Rank0 { ok: number; earlyOk: number; wrong: string[]; batchesSentEarly: number; state: string }
 interface Rank1 {

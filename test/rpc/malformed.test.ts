@@ -1,13 +1,13 @@
 /**
- * A peer that sends malformed batches (test/helpers/rpc-wire-peer.ts MALFORMED): each kind
+ * A peer that sends malformed batches (test/rpc/workers/wire-peer.ts MALFORMED): each kind
  * fails the endpoint it arrived on with a clear EPROTO naming the endpoint, the pending call
  * on it is reported failed, the process stays up, and another endpoint keeps working.
  */
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
-import { runScenario } from '../../src/launch/local-group.js';
-import { MALFORMED } from '../helpers/rpc-wire-peer.js';
-import { WORKER, providers } from '../helpers/rpc-setup.js';
+import { runScenario } from '../../harness/local-group.js';
+import { MALFORMED } from './workers/wire-peer.js';
+import { WORKER, providers } from './setup.js';
 
 for (const provider of providers) {
   const test = suite(`copyrpc malformed peer (${provider})`);

@@ -1,5 +1,5 @@
 /**
- * Raw one-sided operations between real processes (test/helpers/rpc-onesided.ts, scenario
+ * Raw one-sided operations between real processes (test/rpc/workers/onesided.ts, scenario
  * onesided): rank 0 rdmaRead's a region rank 1 allocated (64 KiB + 3 bytes) in pieces of odd
  * lengths at odd offsets and whole, rdmaWrite's parts of it, and reads it back; ctx.rawPending
  * counts every posted operation until its completion is polled. A remote range beyond the
@@ -10,9 +10,9 @@
  */
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
-import { runScenario } from '../../src/launch/local-group.js';
-import { REGION, WRITES } from '../helpers/rpc-onesided.js';
-import { WORKER, providers } from '../helpers/rpc-setup.js';
+import { runScenario } from '../../harness/local-group.js';
+import { REGION, WRITES } from './workers/onesided.js';
+import { WORKER, providers } from './setup.js';
 
 interface Rank0 {
   remoteLength: number;

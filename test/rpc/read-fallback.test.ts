@@ -1,6 +1,6 @@
 /**
  * The RDMA READ fallback for a stale consumer position, between real processes
- * (test/helpers/rpc-onesided.ts, scenario readFallback). Rank 0 calls rank 1 with 1 KiB
+ * (test/rpc/workers/onesided.ts, scenario readFallback). Rank 0 calls rank 1 with 1 KiB
  * payloads over 32 KiB rings as fast as it can, one batch per call; rank 1 takes requests
  * with recv() but holds every reply, so the only batches it sends are metadata-only reports
  * of its consumer position, one per quarter ring consumed. Rank 1 takes requests only when
@@ -14,10 +14,10 @@
  */
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
-import { runScenario } from '../../src/launch/local-group.js';
+import { runScenario } from '../../harness/local-group.js';
 import { INSUFFICIENT_CREDIT, type EndpointStats } from '../../src/rpc/index.js';
-import type { FallbackRound } from '../helpers/rpc-onesided.js';
-import { WORKER, providers } from '../helpers/rpc-setup.js';
+import type { FallbackRound } from './workers/onesided.js';
+import { WORKER, providers } from './setup.js';
 
 interface Rank0 {
   perRound: number;

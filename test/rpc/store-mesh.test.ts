@@ -1,5 +1,5 @@
 /**
- * connectRpcMesh through a real rendezvous store (test/helpers/rpc-store-mesh.ts, scenario
+ * connectRpcMesh through a real rendezvous store (test/rpc/workers/store-mesh.ts, scenario
  * storeMesh): three processes open the runner's password-protected redis-server under a fresh
  * prefix, connect one endpoint toward every other rank, serve, and request every other rank;
  * every answer names its responder and carries the request reversed. Ranks or sizes outside
@@ -8,11 +8,11 @@
  */
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
-import { runScenario } from '../../src/launch/local-group.js';
+import { runScenario } from '../../harness/local-group.js';
 import { openStore } from '../../src/rendezvous/open.js';
 import type { PrefixStore } from '../../src/rendezvous/prefix-store.js';
-import { freshPrefix, redisUrl } from '../helpers/store-backends.js';
-import { WORKER, providers } from '../helpers/rpc-setup.js';
+import { freshPrefix, redisUrl } from '../rendezvous/backends.js';
+import { WORKER, providers } from './setup.js';
 
 interface RankResult {
   ok: number;

@@ -7,8 +7,8 @@
  */
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
-import { runScenario } from '../../src/launch/local-group.js';
-import { WORKER, providers } from '../helpers/rpc-setup.js';
+import { runScenario } from '../../harness/local-group.js';
+import { WORKER, providers } from './setup.js';
 
 const soak = process.env.WEFT_SOAK === '1';
 

@@ -1,14 +1,14 @@
 /**
  * copyrpc wire format, byte for byte: a real endpoint (rank 0) talks to a peer that speaks
- * the protocol by hand over raw NIC verbs (rank 1, test/helpers/rpc-wire-peer.ts) and
+ * the protocol by hand over raw NIC verbs (rank 1, test/rpc/workers/wire-peer.ts) and
  * captures every batch. The expected bytes below are written out by hand from
  * docs/wire-format.md: metadata, headers, padding, the wrap marker and the immediates.
  */
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
-import { runScenario } from '../../src/launch/local-group.js';
+import { runScenario } from '../../harness/local-group.js';
 import { decodeImm, encodeImm, internalAllowance, paddedMessageSize, maxResponseReservation } from '../../src/rpc/index.js';
-import { WORKER, providers } from '../helpers/rpc-setup.js';
+import { WORKER, providers } from './setup.js';
 
 const unit = suite('copyrpc encoding rules');
 unit('padding, imm and internal allowance follow the notes', () => {

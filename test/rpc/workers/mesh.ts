@@ -3,7 +3,7 @@
  * with the other workers over the parent's IPC relay (the parent stands in for a store) and
  * returns connected endpoints, eps[p] toward rank p.
  */
-import { createRpcEngine, type RpcEngine, type CreateRpcEngineOptions, type Endpoint, type EndpointOptions } from '../../src/rpc/index.js';
+import { createRpcEngine, type RpcEngine, type CreateRpcEngineOptions, type Endpoint, type EndpointOptions } from '../../../src/rpc/index.js';
 
 type Entry = { type: 'addr'; rank: number; addrs: Record<number, string>; descs: string[] };
 

@@ -1,5 +1,5 @@
 /** Child of the native tests: `atomics-child.js <segment> <op> <n>`. */
-import { native } from '../../src/native/binding.js';
+import { native } from '../../../src/native/binding.js';
 
 const [name, op, nS] = process.argv.slice(2);
 const i32 = new Int32Array(native.shmOpen(name));

@@ -5,8 +5,8 @@
 //   kill      allreduce in a loop; the last rank SIGKILLs itself mid-way
 //   shared    allreduce over ctx.alloc arrays read in place (shm), mixed with heap arrays
 // Prints "ok rank R: N checks" at the end, or throws (exit code 1) naming the failed case.
-import { init, WeftError, UnboundBuffer, createSendBuffer, createRecvBuffer, type ProcessGroup, type TypedArray } from '../../src/index.js';
-import type { ReduceOp } from '../../src/reduce/index.js';
+import { init, WeftError, UnboundBuffer, createSendBuffer, createRecvBuffer, type ProcessGroup, type TypedArray } from '../../../src/index.js';
+import type { ReduceOp } from '../../../src/reduce/index.js';
 
 type Ctor = { new (n: number): TypedArray; name: string; BYTES_PER_ELEMENT: number };
 const mode = process.argv[2] ?? 'matrix';

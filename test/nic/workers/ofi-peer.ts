@@ -10,8 +10,8 @@
  *   slow      recvCredits 4, no autoRepost, reposts one credit per message, sleeps now and then
  *   mute      connects and never polls (to be SIGKILLed)
  */
-import { createDevice, CompletionBatch, Opcode, Status, statusName, type QueuePair } from '../../src/nic/index.js';
-import { prng, randomPool } from './mesh.js';
+import { createDevice, CompletionBatch, Opcode, Status, statusName, type QueuePair } from '../../../src/nic/index.js';
+import { StreamCheck } from '../stream-check.js';
 
 const [provider, role, optsJson] = process.argv.slice(2);
 const opts = JSON.parse(optsJson ?? '{}') as Record<string, number>;
@@ -52,28 +52,19 @@ async function main(): Promise<void> {
   if (role === 'sink') {
     // The parent sends `count` messages: len, source offset and imm from prng(99), into slot i % slots.
     const count = Number(opts.count), slots = Number(opts.slots), maxLen = Number(opts.maxLen);
-    const pool = randomPool(1 << 20, 7);
-    const gen = prng(99);
-    let received = 0;
-    const errors: string[] = [];
-    while (received < count) {
+    const stream = new StreamCheck(mr.bytes, slots, maxLen);
+    const errors = stream.errors;
+    while (stream.received < count) {
       const k = dev.cq.poll(batch);
       for (let i = 0; i < k; i++) {
         if (batch.status[i] !== Status.SUCCESS) errors.push(`${statusName(batch.status[i])}: ${batch.errors[i]?.message}`);
         if (batch.opcode[i] !== Opcode.RECV_WRITE_IMM) continue;
-        const len = gen() % (maxLen + 1), off = gen() % ((1 << 20) - maxLen), imm = gen();
-        const slot = (received % slots) * maxLen;
-        if (batch.imm[i] !== imm || batch.byteLength[i] !== len) {
-          if (errors.length < 5) errors.push(`msg ${received}: imm ${batch.imm[i]} len ${batch.byteLength[i]}, want imm ${imm} len ${len}`);
-        } else if (Buffer.compare(mr.bytes.subarray(slot, slot + len), pool.subarray(off, off + len)) !== 0) {
-          if (errors.length < 5) errors.push(`msg ${received}: bytes differ`);
-        }
-        received++;
+        stream.check(batch.imm[i], batch.byteLength[i]);
         qp.postRecv(1);
       }
       if (k === 0) await dev.cq.wait({ timeoutMs: 30_000 });
     }
-    send({ type: 'result', received, errors });
+    send({ type: 'result', received: stream.received, errors });
   }
   if (role === 'slow') {
     const count = Number(opts.count);

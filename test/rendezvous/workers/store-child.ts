@@ -5,7 +5,7 @@
  *   set <key> <value> <delayMs>  sets the key after a delay
  *   get <key> <timeoutMs>        waits for the key and sends its value as a string
  */
-import { openStore } from '../../src/rendezvous/open.js';
+import { openStore } from '../../../src/rendezvous/open.js';
 
 const [url, op, ...args] = process.argv.slice(2);
 const send = (m: unknown) => new Promise<void>((r) => (process.send ? process.send(m, () => r()) : r()));

@@ -1,11 +1,13 @@
 /**
- * A worker process of the NIC conformance suite: `node nic-worker.js <scenario> <rank> <n>
+ * A worker process of the NIC conformance suite: `node conformance-worker.js <scenario> <rank> <n>
  * <provider> <json args>`. Each scenario runs real traffic toward the other workers and
  * reports what it observed; the parent test asserts on it.
  */
-import { CompletionBatch, Opcode, Status, statusName, type QueuePair } from '../../src/nic/index.js';
-import { joinMesh, prng, randomPool, type Mesh } from './mesh.js';
-import { sendEvent } from './worker-ipc.js';
+import { CompletionBatch, Opcode, Status, statusName, type QueuePair } from '../../../src/nic/index.js';
+import { prng, randomPool } from '../../../harness/data.js';
+import { joinMesh, type Mesh } from '../../../harness/local-group.js';
+import { sendEvent } from '../../../harness/worker-ipc.js';
+import { StreamCheck, STREAM_POOL_BYTES } from '../stream-check.js';
 
 const [scenario, rankS, nS, provider, argsJson] = process.argv.slice(2);
 const rank = Number(rankS);
@@ -43,37 +45,26 @@ async function stream(): Promise<unknown> {
   const count = Number(args.count ?? 100_000);
   const slots = 64;
   const maxLen = 4096;
-  const poolBytes = 1 << 20;
-  const pool = randomPool(poolBytes, 7);
-  const gen = prng(99);
+  const poolBytes = STREAM_POOL_BYTES;
   if (rank === 1) {
     const mesh = await joinMesh(rank, n, provider, [slots * maxLen], { recvCredits: slots, autoRepost: false });
-    const mr = mesh.mrs[0];
     const qp = mesh.qps[0]!;
-    let received = 0;
-    const errors: string[] = [];
+    const stream = new StreamCheck(mesh.mrs[0].bytes, slots, maxLen);
     await pump(
       mesh,
       (i) => {
         failOnError(i);
         if (batch.opcode[i] !== Opcode.RECV_WRITE_IMM) return;
-        const len = gen() % (maxLen + 1);
-        const off = gen() % (poolBytes - maxLen);
-        const imm = gen();
-        const slot = (received % slots) * maxLen;
-        if (batch.imm[i] !== imm || batch.byteLength[i] !== len) {
-          if (errors.length < 5) errors.push(`msg ${received}: imm ${batch.imm[i]} len ${batch.byteLength[i]}, want imm ${imm} len ${len}`);
-        } else if (Buffer.compare(mr.bytes.subarray(slot, slot + len), pool.subarray(off, off + len)) !== 0) {
-          if (errors.length < 5) errors.push(`msg ${received}: bytes differ`);
-        }
-        received++;
+        stream.check(batch.imm[i], batch.byteLength[i]);
         qp.postRecv(1);
       },
-      () => received === count,
+      () => stream.received === count,
       120_000,
     );
-    return { received, errors };
+    return { received: stream.received, errors: stream.errors };
   }
+  const pool = randomPool(poolBytes, 7);
+  const gen = prng(99);
   const mesh = await joinMesh(rank, n, provider, [poolBytes]);
   const mr = mesh.mrs[0];
   mr.bytes.set(pool);

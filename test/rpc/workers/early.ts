@@ -1,5 +1,5 @@
 /**
- * Worker scenario (registered in rpc-worker.ts) `earlyBatch`, two ranks: rank 1 creates its
+ * Worker scenario (registered in worker.ts) `earlyBatch`, two ranks: rank 1 creates its
  * context, starts `ctx.serve` (so the context is polled from then on) and creates its endpoint
  * toward rank 0, but connects it only when the parent relays rank 0's 'sent' event, and then
  * only after `args.delayMs` more. Rank 0 connects at once and sends `args.early` requests of
@@ -7,11 +7,11 @@
  * reach rank 1 before rank 1's connect(). Every answer must come back correct, then
  * `args.late` more requests each way.
  */
-import { createRpcEngine, type Endpoint } from '../../src/rpc/index.js';
-import type { WeftError } from '../../src/errors.js';
-import { exchange, unb64 } from './rpc-mesh.js';
-import type { WorkerEnv } from './rpc-onesided.js';
-import { sendEvent, sendResult } from './worker-ipc.js';
+import { createRpcEngine, type Endpoint } from '../../../src/rpc/index.js';
+import type { WeftError } from '../../../src/errors.js';
+import { exchange, unb64 } from './mesh.js';
+import type { WorkerEnv } from './onesided.js';
+import { sendEvent, sendResult } from '../../../harness/worker-ipc.js';
 
 /** What a rank answers: its rank, then the payload with every byte complemented. */
 export function earlyAnswer(responder: number, payload: Uint8Array): Uint8Array {

@@ -5,7 +5,7 @@
  * other rank. Used by the NIC benchmarks and the conformance tests (which need no store).
  */
 import { fork, type ChildProcess } from 'node:child_process';
-import { createDevice, type Device, type MemoryRegion, type QueuePair, type RemoteRegion, type DeviceOptions } from '../nic/index.js';
+import { createDevice, type Device, type MemoryRegion, type QueuePair, type RemoteRegion, type DeviceOptions } from '../src/nic/index.js';
 
 
 type Msg = { type: 'addr'; rank: number; addrs: Record<number, string>; descs: string[] } | { type: 'connected'; rank: number } | { type: 'result'; rank: number; result: unknown } | { type: 'event'; rank: number; event: string; data?: unknown } | { type: 'error'; rank: number; message: string };

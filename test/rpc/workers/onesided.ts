@@ -1,5 +1,5 @@
 /**
- * Worker scenarios (registered in rpc-worker.ts) for copyrpc's one-sided paths:
+ * Worker scenarios (registered in worker.ts) for copyrpc's one-sided paths:
  *   onesided      rank 0 rdmaRead's / rdmaWrite's a region rank 1 allocated (pieces at odd
  *                 offsets, whole, out-of-range remote and local ranges), then asks rank 1
  *                 with a request to check its own memory
@@ -10,11 +10,11 @@
  *                 answers a round when the parent relays rank 0's 'release-round' event
  * Every loop that waits for something has a deadline and fails with what it was waiting for.
  */
-import { RING_FULL, internalAllowance, type RpcEngine, type Endpoint, type RecvHandle } from '../../src/rpc/index.js';
-import type { MemoryRegion } from '../../src/nic/index.js';
-import type { WeftError } from '../../src/errors.js';
-import { fnv, joinRpcMesh } from './rpc-mesh.js';
-import { sendEvent, sendResult, tick } from './worker-ipc.js';
+import { RING_FULL, internalAllowance, type RpcEngine, type Endpoint, type RecvHandle } from '../../../src/rpc/index.js';
+import type { MemoryRegion } from '../../../src/nic/index.js';
+import type { WeftError } from '../../../src/errors.js';
+import { fnv, joinRpcMesh } from './mesh.js';
+import { sendEvent, sendResult, tick } from '../../../harness/worker-ipc.js';
 
 export interface WorkerEnv {
   rank: number;

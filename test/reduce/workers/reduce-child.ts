@@ -3,8 +3,8 @@
  * chosen by WEFT_REDUCE_ISA at load, and prints one JSON line: { isa, pairs, failures }.
  * Exit code 0 when every pair matched its reference.
  */
-import { reduceIsa } from '../../src/reduce/index.js';
-import { checkBinary, checkMany, definedPairs } from './reduce-reference.js';
+import { reduceIsa } from '../../../src/reduce/index.js';
+import { checkBinary, checkMany, definedPairs } from '../reference.js';
 
 const failures: string[] = [];
 const pairs = definedPairs();

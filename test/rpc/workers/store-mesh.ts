@@ -1,15 +1,15 @@
 /**
- * Worker scenario (registered in rpc-worker.ts) `storeMesh`: every rank opens the rendezvous
+ * Worker scenario (registered in worker.ts) `storeMesh`: every rank opens the rendezvous
  * store the test names in args.url (the runner's redis-server under a fresh prefix), creates
  * a context, connects to every other rank with connectRpcMesh, serves, and requests every
  * other rank. Rank 0 first checks that out-of-range ranks and sizes reject with EINVAL.
  */
-import { connectRpcMesh, createRpcEngine, type Endpoint } from '../../src/rpc/index.js';
-import { openStore } from '../../src/rendezvous/open.js';
-import type { PrefixStore } from '../../src/rendezvous/prefix-store.js';
-import type { WeftError } from '../../src/errors.js';
-import type { WorkerEnv } from './rpc-onesided.js';
-import { sendResult } from './worker-ipc.js';
+import { connectRpcMesh, createRpcEngine, type Endpoint } from '../../../src/rpc/index.js';
+import { openStore } from '../../../src/rendezvous/open.js';
+import type { PrefixStore } from '../../../src/rendezvous/prefix-store.js';
+import type { WeftError } from '../../../src/errors.js';
+import type { WorkerEnv } from './onesided.js';
+import { sendResult } from '../../../harness/worker-ipc.js';
 
 /** What rank `responder` answers to `payload`: its rank, then the payload reversed. */
 export function meshAnswer(responder: number, payload: Uint8Array): Uint8Array {

@@ -1,5 +1,5 @@
 /**
- * What a runScenario worker (src/launch/local-group.ts) says to the parent over IPC, and the
+ * What a runScenario worker (harness/local-group.ts) says to the parent over IPC, and the
  * one-turn pause worker loops use to let the parent's messages in.
  */
 

@@ -1,23 +1,23 @@
 /**
- * A worker process of the copyrpc tests: `node rpc-worker.js <scenario> <rank> <n> <provider>
+ * A worker process of the copyrpc tests: `node worker.js <scenario> <rank> <n> <provider>
  * <json args>` (spawned by runScenario). Scenarios:
  *   stress     every rank calls every other rank at random with random payloads and answers
  *              in random order with random delays; every response is checked byte for byte
  *   request    the convenience layer: serve() on odd ranks, await ep.request() on even ones
  *   kill       rank 0 keeps requests pending toward rank 1, which the parent SIGKILLs
  *   wire, malformed: see wire-peer.ts (ranks speaking raw NIC verbs)
- *   onesided, readFallback: see rpc-onesided.ts (rdmaRead/rdmaWrite, the consumer READ)
- *   storeMesh  see rpc-store-mesh.ts (connectRpcMesh through a real store)
- *   earlyBatch see rpc-early.ts (batches that reach an endpoint before its connect())
+ *   onesided, readFallback: see onesided.ts (rdmaRead/rdmaWrite, the consumer READ)
+ *   storeMesh  see store-mesh.ts (connectRpcMesh through a real store)
+ *   earlyBatch see early.ts (batches that reach an endpoint before its connect())
  */
-import { INSUFFICIENT_CREDIT, RING_FULL, type Endpoint, type RecvHandle } from '../../src/rpc/index.js';
-import type { WeftError } from '../../src/errors.js';
-import { fnv, joinRpcMesh, prng } from './rpc-mesh.js';
-import { wireScenario, malformedScenario } from './rpc-wire-peer.js';
-import { onesidedScenario, readFallbackScenario, type WorkerEnv } from './rpc-onesided.js';
-import { storeMeshScenario } from './rpc-store-mesh.js';
-import { earlyBatchScenario } from './rpc-early.js';
-import { sendEvent, tick } from './worker-ipc.js';
+import { INSUFFICIENT_CREDIT, RING_FULL, type Endpoint, type RecvHandle } from '../../../src/rpc/index.js';
+import type { WeftError } from '../../../src/errors.js';
+import { fnv, joinRpcMesh, prng } from './mesh.js';
+import { wireScenario, malformedScenario } from './wire-peer.js';
+import { onesidedScenario, readFallbackScenario, type WorkerEnv } from './onesided.js';
+import { storeMeshScenario } from './store-mesh.js';
+import { earlyBatchScenario } from './early.js';
+import { sendEvent, tick } from '../../../harness/worker-ipc.js';
 
 const [scenario, rankS, nS, provider, argsJson] = process.argv.slice(2);
 const rank = Number(rankS);

@@ -11,8 +11,24 @@ import { fork } from 'node:child_process';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { openStore, type OpenStoreOptions } from '../../src/rendezvous/open.js';
 import { TcpStoreServer } from '../../src/rendezvous/stores/tcp/server.js';
-import type { Store } from '../../src/rendezvous/store.js';
-import type { CloseOptions, StoreStats } from '../../src/rendezvous/store.js';
+import * as assert from 'uvu/assert';
+import { WeftError } from '../../src/errors.js';
+import type { CloseOptions, Store, StoreStats } from '../../src/rendezvous/store.js';
+
+/** Strings as store values and back. */
+export const enc = (s: string) => new TextEncoder().encode(s);
+export const dec = (b: Uint8Array) => new TextDecoder().decode(b);
+
+/** The WeftError `p` rejects with (fails the test when it resolves or throws something else). */
+export async function failure(p: Promise<unknown>): Promise<WeftError> {
+  try {
+    await p;
+  } catch (e) {
+    assert.instance(e, WeftError);
+    return e as WeftError;
+  }
+  throw new Error('expected a failure');
+}
 
 export type StatStore = Store & { stats: StoreStats; close(options?: CloseOptions): Promise<void> };
 
@@ -64,14 +80,14 @@ export function freshPrefix(tag: string): string {
   return `${tag}-${process.pid}-${Date.now().toString(36)}-${unique++}`;
 }
 
-const CHILD = path.join(path.dirname(fileURLToPath(import.meta.url)), 'store-child.js');
+const CHILD = path.join(path.dirname(fileURLToPath(import.meta.url)), 'workers', 'store-child.js');
 
 export interface ChildResult {
   code: number | null;
   messages: unknown[];
 }
 
-/** Runs test/helpers/store-child.ts in a real child process: `store-child.js <url> <op> ...args`. */
+/** Runs test/rendezvous/workers/store-child.ts in a real child process: `store-child.js <url> <op> ...args`. */
 export function runChild(url: string, op: string, ...args: string[]): Promise<ChildResult> & { child: ReturnType<typeof fork> } {
   const child = fork(CHILD, [url, op, ...args], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
   const messages: unknown[] = [];

@@ -4,10 +4,10 @@
  * (malformed). The raw side builds its endpoint info with encodeEndpointInfo, so the real
  * endpoint connects to it like to any peer.
  */
-import { createDevice, CompletionBatch, Opcode, Status, type Device, type MemoryRegion, type QueuePair, type RemoteRegion } from '../../src/nic/index.js';
-import { createRpcEngine, decodeEndpointInfo, encodeEndpointInfo, writeFlowMetadata, writeHeader, type RecvHandle } from '../../src/rpc/index.js';
-import type { WeftError } from '../../src/errors.js';
-import { exchange, unb64 } from './rpc-mesh.js';
+import { createDevice, CompletionBatch, Opcode, Status, type Device, type MemoryRegion, type QueuePair, type RemoteRegion } from '../../../src/nic/index.js';
+import { createRpcEngine, decodeEndpointInfo, encodeEndpointInfo, writeFlowMetadata, writeHeader, type RecvHandle } from '../../../src/rpc/index.js';
+import type { WeftError } from '../../../src/errors.js';
+import { exchange, unb64 } from './mesh.js';
 
 const RING = 1024;
 
