@@ -75,7 +75,7 @@ export class CompletionRouter {
 
   /**
    * Polls the CQ until it is empty and hands each completion to its QP's owner; returns how
-   * many were handed out. Wakes the shared loop if it sleeps: a waiter may be satisfied now.
+   * many were handed out. Wakes the shared loop: a waiter may be satisfied now.
    */
   poll(): number {
     const b = this.batch;
@@ -93,7 +93,9 @@ export class CompletionRouter {
       total += n;
       if (n < b.capacity) break;
     }
-    if (total > 0 && this.wake !== undefined) this.kick();
+    // Whoever polled (a sync wait, the board's probe, an owner's own poll), the shared loop
+    // must look at its waiters again: their conditions may hold now.
+    if (total > 0 && this.looping) this.kick();
     return total;
   }
 

@@ -157,6 +157,15 @@ export class Driver<U> {
     if (ud instanceof PendingRequest) this.settle(ud, err);
   };
 
+  /** The engine is closing: every request still outstanding fails with `err`, serving stops. */
+  close(err: WeftError): void {
+    for (const ep of this.engine.endpoints) ep.drainPending((ud) => this.onFailed(ud, err));
+    for (const p of this.backlog.splice(0)) this.settle(p, err);
+    if (this.server) this.server.closed = true;
+    this.server = undefined;
+    this.kick();
+  }
+
   private kick(): void {
     if (!this.running) {
       this.running = true;

@@ -352,6 +352,8 @@ export class RpcEngine<U = unknown> implements RpcHost<U>, CompletionSink {
   close(): void {
     if (this.closed) return;
     this.closed = true;
+    // Requests still waiting for an answer fail now rather than at their timeouts.
+    this.driverOf?.close(new WeftError('ECLOSED', `${this.label}: the rpc engine was closed with the request outstanding`));
     for (const ep of this.endpoints) ep.close();
     if (this.ownsDevice) this.device.close();
   }

@@ -1,0 +1,46 @@
+/**
+ * One NIC device per process: collectives and copyrpc side by side in the same ranks (the
+ * completion router hands each its own completions), and copyrpc reading a `ctx.alloc`
+ * array one-sidedly (test/rpc/workers/shared-device.ts), on shm and ofi.
+ */
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { spawn } from 'node:child_process';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { providers } from './setup.js';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const WEFT = path.resolve(here, '..', '..', '..', 'bin', 'weft.js');
+const RANK = path.join(here, 'workers', 'shared-device.js');
+
+function run(provider: string): Promise<{ code: number | null; out: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [WEFT, 'run', '-n', '2', '--provider', provider, RANK], { env: { ...process.env, NO_COLOR: '1' }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    child.stdout.on('data', (d) => (out += d));
+    child.stderr.on('data', (d) => (out += d));
+    const timer = setTimeout(() => child.kill('SIGKILL'), 120_000);
+    child.on('exit', (code) => {
+      clearTimeout(timer);
+      resolve({ code, out });
+    });
+  });
+}
+
+for (const provider of providers) {
+  test(`collectives and copyrpc share one device (${provider}): 200 rounds of allreduce while 2,000 requests run, and an rdmaRead of a ctx.alloc array`, async () => {
+    const r = await run(provider);
+    assert.is(r.code, 0, r.out.slice(-3000));
+    const report = (k: number) => JSON.parse(new RegExp(`ok rank ${k}: (\\{.*\\})`).exec(r.out)?.[1] ?? 'null') as { checks: number; answered: number; served: number; readOk: boolean } | null;
+    const [r0, r1] = [report(0), report(1)];
+    assert.ok(r0 && r1, r.out.slice(-3000));
+    assert.is(r0.checks, 400);
+    assert.is(r1.checks, 400);
+    assert.is(r0.answered, 2000);
+    assert.is(r1.served, 2001);
+    assert.ok(r0.readOk);
+  });
+}
+
+test.run();
