@@ -98,6 +98,17 @@ export class CompletionBatch {
     this.wrId = new Uint32Array(capacity);
     this.errors = new Array(capacity).fill(undefined);
   }
+
+  /** Entry `at` becomes a copy of `from`'s entry `i` (no allocation). */
+  copyEntry(at: number, from: CompletionBatch, i: number): void {
+    this.qpn[at] = from.qpn[i];
+    this.opcode[at] = from.opcode[i];
+    this.status[at] = from.status[i];
+    this.imm[at] = from.imm[i];
+    this.byteLength[at] = from.byteLength[i];
+    this.wrId[at] = from.wrId[i];
+    this.errors[at] = from.errors[i];
+  }
 }
 
 /** Registered local memory that peers may access one-sidedly. */

@@ -167,26 +167,13 @@ export class RpcEngine<U = unknown> implements RpcHost<U>, CompletionSink {
   take(b: CompletionBatch, i: number): void {
     let box = this.inbox;
     if (box.count === box.capacity) box = this.growInbox();
-    const o = box.count++;
-    box.qpn[o] = b.qpn[i];
-    box.opcode[o] = b.opcode[i];
-    box.status[o] = b.status[i];
-    box.imm[o] = b.imm[i];
-    box.byteLength[o] = b.byteLength[i];
-    box.wrId[o] = b.wrId[i];
-    box.errors[o] = b.errors[i];
+    box.copyEntry(box.count++, b, i);
   }
 
   private growInbox(): CompletionBatch {
     const old = this.inbox;
     const box = new CompletionBatch(old.capacity * 2);
-    box.qpn.set(old.qpn);
-    box.opcode.set(old.opcode);
-    box.status.set(old.status);
-    box.imm.set(old.imm);
-    box.byteLength.set(old.byteLength);
-    box.wrId.set(old.wrId);
-    for (let i = 0; i < old.count; i++) box.errors[i] = old.errors[i];
+    for (let i = 0; i < old.count; i++) box.copyEntry(i, old, i);
     box.count = old.count;
     this.inbox = box;
     return box;
@@ -473,13 +460,8 @@ export class RpcEngine<U = unknown> implements RpcHost<U>, CompletionSink {
   private shiftInbox(k: number): void {
     const b = this.inbox;
     const n = b.count - k;
-    b.qpn.copyWithin(0, k, k + n);
-    b.opcode.copyWithin(0, k, k + n);
-    b.status.copyWithin(0, k, k + n);
-    b.imm.copyWithin(0, k, k + n);
-    b.byteLength.copyWithin(0, k, k + n);
-    b.wrId.copyWithin(0, k, k + n);
-    for (let i = 0; i < n; i++) b.errors[i] = b.errors[k + i];
+    for (let i = 0; i < n; i++) b.copyEntry(i, b, k + i);
+    for (let i = n; i < b.count; i++) b.errors[i] = undefined;
     b.count = n;
   }
 

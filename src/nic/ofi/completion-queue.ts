@@ -100,13 +100,7 @@ export class OfiCompletionQueue implements CompletionQueue {
     let n = 0;
     while (this.heldStart < h.count && n < max) {
       const i = this.heldStart++;
-      out.qpn[n] = h.qpn[i];
-      out.opcode[n] = h.opcode[i];
-      out.status[n] = h.status[i];
-      out.imm[n] = h.imm[i];
-      out.byteLength[n] = h.byteLength[i];
-      out.wrId[n] = h.wrId[i];
-      out.errors[n] = h.errors[i];
+      out.copyEntry(n, h, i);
       h.errors[i] = undefined;
       n++;
     }
