@@ -41,6 +41,13 @@ const MAX_QPN = 1024;
 
 export class CompletionRouter {
   private readonly byQpn: (CompletionSink | undefined)[] = new Array(MAX_QPN).fill(undefined);
+  /** QPs attached per owner. */
+  private readonly owners = new Map<CompletionSink, number>();
+  /**
+   * The owner of every attached QP when there is exactly one (copyrpc without a job): it may
+   * read the CQ itself with pollAlone, without dispatch.
+   */
+  soleOwner: CompletionSink | undefined;
   /** Sinks that took something in the batch being dispatched (endBatch runs once each). */
   private readonly touched: CompletionSink[] = [];
   private nTouched = 0;
@@ -59,13 +66,32 @@ export class CompletionRouter {
   attach(qpn: number, sink: CompletionSink): void {
     if (!Number.isInteger(qpn) || qpn < 0 || qpn >= MAX_QPN) throw new WeftError('EINVAL', `${this.device.label}: QP number ${qpn} is outside [0, ${MAX_QPN})`);
     const had = this.byQpn[qpn];
-    if (had !== undefined && had !== sink) throw new WeftError('EINVAL', `${this.device.label}: QP ${qpn} already has an owner; detach it first`);
+    if (had === sink) return;
+    if (had !== undefined) throw new WeftError('EINVAL', `${this.device.label}: QP ${qpn} already has an owner; detach it first`);
     this.byQpn[qpn] = sink;
+    this.owners.set(sink, (this.owners.get(sink) ?? 0) + 1);
+    this.soleOwner = this.owners.size === 1 ? sink : undefined;
   }
 
   /** Stops routing QP `qpn` (its late completions are dropped). */
   detach(qpn: number, sink: CompletionSink): void {
-    if (this.byQpn[qpn] === sink) this.byQpn[qpn] = undefined;
+    if (this.byQpn[qpn] !== sink) return;
+    this.byQpn[qpn] = undefined;
+    const n = (this.owners.get(sink) ?? 1) - 1;
+    if (n > 0) this.owners.set(sink, n);
+    else this.owners.delete(sink);
+    this.soleOwner = this.owners.size === 1 ? this.owners.keys().next().value : undefined;
+  }
+
+  /**
+   * For the sole owner (soleOwner): polls the CQ into `batch` without dispatch and returns
+   * how many entries it holds, all the owner's. Routing costs ~20 ns a completion, a fifth
+   * of a copyrpc call's CPU on shm.
+   */
+  pollAlone(batch: CompletionBatch): number {
+    const n = this.device.cq.poll(batch);
+    if (n > 0 && this.looping) this.kick();
+    return n;
   }
 
   /** More processes of this job on this host than cores (the device knows). */

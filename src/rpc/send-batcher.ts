@@ -15,27 +15,15 @@
 import { copyInto } from '../host/copy.js';
 import type { MemoryRegion, QueuePair, RemoteRegion } from '../nic/types.js';
 import { ALIGNMENT, FLOW_METADATA_SIZE as META, HEADER_SIZE, SIGNAL_INTERVAL, WRAP_MESSAGE_COUNT } from './constants.js';
-import type { FlowControl } from './flow-control.js';
+import { FlowControl } from './flow-control.js';
+import type { EndpointStats } from './endpoint.js';
 
 const TWO32 = 0x100000000;
 
 /** Work-request id of batch WRITE_IMMs on the endpoint's QP. */
 export const WR_BATCH = 0;
 
-/** What the send side needs from its endpoint. */
-export interface SendSide {
-  /** Counters (batchesSent, wrapsSent). */
-  readonly stats: { batchesSent: number; wrapsSent: number };
-  /** The consumer position we tell the peer, and the last one told (the receive side's). */
-  readonly release: { pos: number; notified: number };
-  /** A message was written: the endpoint must be flushed at the next poll. */
-  wrote(): void;
-  /** Debug mode (checkInvariant after every batch, call and reply). */
-  readonly debug: boolean;
-  checkInvariant(where: string): void;
-}
-
-export class SendBatcher {
+export abstract class SendBatcher<U> extends FlowControl {
   /**
    * The send ring; on shm, once connected, the peer's recv ring itself (see `inPlace`). The
    * views and mask change once, in attach().
@@ -45,6 +33,8 @@ export class SendBatcher {
   /** The send ring as int32 words, the destination of word-wise payload copies. */
   private si32: Int32Array;
   private sMask: number;
+  /** Registered memory holding the send ring at offset 0. */
+  protected readonly mr: MemoryRegion;
   /**
    * shm: calls and replies are written straight into the peer's recv ring (its mapping is
    * ours too) and each batch is posted as a WRITE_IMM in place: no copy at flush, and the
@@ -55,11 +45,11 @@ export class SendBatcher {
   private remoteRecv: RemoteRegion | undefined;
   private remoteRecvSize = 0;
   /** Producer: virtual position of the next byte written to the send ring. */
-  P = 0;
+  protected P = 0;
   /** P's offset in the send ring. */
   private sOff = 0;
   /** Everything before this has been posted. */
-  flushStart = 0;
+  protected flushStart = 0;
   /** Virtual position of the open batch's metadata, -1 when no batch is open. */
   private metaPos = -1;
   private metaOff = 0;
@@ -68,14 +58,18 @@ export class SendBatcher {
   private writeEnd = 0;
   private unsignaled = 0;
 
-  constructor(
-    private readonly side: SendSide,
-    private readonly flow: FlowControl,
-    private readonly qp: QueuePair,
-    /** Registered memory holding the send ring at offset 0. */
-    private readonly mr: MemoryRegion,
-    size: number,
-  ) {
+  // What the endpoint provides.
+  abstract readonly qp: QueuePair;
+  abstract dirty: boolean;
+  /** Queue the endpoint for the engine's next flush. */
+  protected abstract markDirty(): void;
+  abstract readonly stats: EndpointStats;
+  abstract readonly debug: boolean;
+  abstract checkInvariant(where: string): void;
+
+  constructor(mr: MemoryRegion, size: number) {
+    super();
+    this.mr = mr;
     const bytes = mr.bytes;
     this.s8 = bytes.subarray(0, size);
     this.s32 = new Uint32Array(bytes.buffer, bytes.byteOffset, size >>> 2);
@@ -84,7 +78,7 @@ export class SendBatcher {
   }
 
   /** At connect: where batches go; on shm (`postWriteImmInPlace`) written there in place. */
-  attach(remoteRecv: RemoteRegion, remoteRecvSize: number): void {
+  protected attachSend(remoteRecv: RemoteRegion, remoteRecvSize: number): void {
     this.remoteRecv = remoteRecv;
     this.remoteRecvSize = remoteRecvSize;
     const direct = remoteRecv.direct;
@@ -99,14 +93,14 @@ export class SendBatcher {
   }
 
   /** A batch is open (messages written and not posted). */
-  get open(): boolean {
+  protected get batchOpen(): boolean {
     return this.metaPos >= 0;
   }
 
   /** Bytes the producer advances to write a message of padded size m (metadata, wrap included). */
-  delta(m: number): number {
-    const C = this.flow.C;
-    const cMask = this.flow.cMask;
+  protected delta(m: number): number {
+    const C = this.C;
+    const cMask = this.cMask;
     const c = this.sOff & cMask;
     if (this.metaPos < 0) return c + META + m >= C ? C - c + META + m : META + m;
     if ((this.metaOff & cMask) + (this.P - this.metaPos) + m >= C) return C - c + META + m;
@@ -118,7 +112,7 @@ export class SendBatcher {
    * to m bytes. `end` is where the producer lands (P + delta(m)), for grants computed while
    * the write wraps.
    */
-  write(w0: number, w1: number, payload: Uint8Array, m: number, end: number): void {
+  protected write(w0: number, w1: number, payload: Uint8Array, m: number, end: number): void {
     this.writeEnd = end;
     const at = this.reserve(m);
     this.writeEnd = 0;
@@ -132,7 +126,7 @@ export class SendBatcher {
   }
 
   /** Sends a metadata-only batch (consumer position and credit, no message). */
-  sendEmpty(): void {
+  protected sendEmpty(): void {
     this.reserve(0);
     this.batchCount = 0;
     this.flushBatch();
@@ -140,8 +134,8 @@ export class SendBatcher {
 
   /** Makes room for a message of padded size m in the open batch; returns its ring offset. */
   private reserve(m: number): number {
-    const C = this.flow.C;
-    const cMask = this.flow.cMask;
+    const C = this.C;
+    const cMask = this.cMask;
     if (this.metaPos < 0) {
       if ((this.sOff & cMask) + META + m >= C) this.wrap();
       this.openBatch();
@@ -154,7 +148,7 @@ export class SendBatcher {
     this.P += m;
     this.sOff += m;
     this.batchCount++;
-    this.side.wrote();
+    if (!this.dirty) this.markDirty();
     return at;
   }
 
@@ -174,17 +168,17 @@ export class SendBatcher {
   private wrap(): void {
     const at = this.sOff;
     const start = this.P;
-    const skip = this.flow.C - (at & this.flow.cMask);
+    const skip = this.C - (at & this.cMask);
     this.P += skip;
     this.sOff = (at + skip) & this.sMask;
     this.fillMetadata(at, WRAP_MESSAGE_COUNT);
     this.post(at, start, META, skip);
     this.flushStart = this.P;
-    this.side.stats.wrapsSent++;
+    this.stats.wrapsSent++;
   }
 
   /** Fills the open batch's metadata and posts it as one WRITE_IMM. */
-  flushBatch(): void {
+  protected flushBatch(): void {
     if (this.metaPos < 0) return;
     this.fillMetadata(this.metaOff, this.batchCount);
     const len = this.P - this.metaPos;
@@ -192,7 +186,7 @@ export class SendBatcher {
     this.flushStart = this.P;
     this.metaPos = -1;
     this.batchCount = 0;
-    this.side.stats.batchesSent++;
+    this.stats.batchesSent++;
   }
 
   private post(localOff: number, pos: number, len: number, span: number): void {
@@ -205,10 +199,9 @@ export class SendBatcher {
 
   /** Writes consumer position, credit grant and count at send-ring offset `at`. */
   private fillMetadata(at: number, count: number): void {
-    const grant = this.flow.grant(Math.max(this.P, this.writeEnd));
-    const release = this.side.release;
-    const rel = release.pos;
-    release.notified = rel;
+    const grant = this.grant(Math.max(this.P, this.writeEnd));
+    const rel = this.releasePos;
+    this.lastNotified = rel;
     const s32 = this.s32;
     const w = at >>> 2;
     s32[w] = rel >>> 0;
@@ -219,7 +212,7 @@ export class SendBatcher {
     s32[w + 5] = 0;
     s32[w + 6] = 0;
     s32[w + 7] = 0;
-    if (this.side.debug) this.side.checkInvariant('metadata');
+    if (this.debug) this.checkInvariant('metadata');
   }
 
   /**
