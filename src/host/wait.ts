@@ -23,8 +23,11 @@ import { Deadline } from '../util/deadline.js';
 export const WAIT = {
   /** Busy-poll this long before yielding (covers a round trip between spinning peers). */
   spinUs: 50,
-  /** With more processes than cores, spin only this long: the peer may need this core. */
-  oversubscribedSpinUs: 5,
+  /**
+   * With more processes than cores, do not spin: the process we wait for may need this
+   * core, so the first miss goes straight to yielding (4 ranks on 2 cores).
+   */
+  oversubscribedSpinUs: 0,
   /** Then yield the core this long before sleeping. */
   yieldUs: 2000,
   /**
@@ -78,6 +81,7 @@ export function turn(): Promise<void> {
  */
 export function spin(ready: () => boolean, us: number, yieldBetween = false): boolean {
   if (ready()) return true;
+  if (us <= 0) return false;
   const until = performance.now() + us / 1000;
   for (let i = 1; ; i++) {
     if (yieldBetween) native.yieldThread();
