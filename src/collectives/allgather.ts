@@ -1,22 +1,26 @@
 /** allgather(v): every rank's block, concatenated in rank order, on every rank (ring). */
-import { bytesOf, checkArray, checkCounts, checkLength, dtypeName, offsets, sameType, type TypedArray } from './checks.js';
-import { copy, beginCall, runAsync, runSync, type CollectiveOptions, type Group } from './call.js';
+import { bytesOf, checkArray, checkCounts, checkLength, dtypeName, offsets, checkInOut, type TypedArray } from './checks.js';
+import { copy, beginCall, runAsync, runSync, type CollectiveOptions, type Group, refused } from './call.js';
 import { ringAllgather } from './ring.js';
 
 function plan(g: Group, input: TypedArray, output: TypedArray, counts: readonly number[] | undefined, options: CollectiveOptions, name: 'allgather' | 'allgatherv', where: string) {
-  checkArray(where, 'input', input);
-  checkArray(where, 'output', output);
-  sameType(where, input, output);
-  const cnt = counts ? checkCounts(where, counts, g.size) : new Array<number>(g.size).fill(input.length);
-  checkLength(where, 'input', input, cnt[g.rank], counts ? `counts[${g.rank}]` : 'every rank contributes its whole input');
-  const total = cnt.reduce((a, b) => a + b, 0);
-  checkLength(where, 'output', output, total, counts ? 'the sum of counts' : `world size x input length = ${g.size} x ${input.length}`);
-  const c = beginCall(g, name, options, dtypeName(where, input));
-  const esize = input.BYTES_PER_ELEMENT;
-  const off = offsets(cnt).map((e) => e * esize);
-  const outB = bytesOf(output);
-  copy(outB.subarray(off[g.rank], off[g.rank + 1]), bytesOf(input));
-  return { c, alg: ringAllgather(c, outB, off) };
+  try {
+    checkArray(where, 'input', input);
+    checkArray(where, 'output', output);
+    checkInOut(where, input, output);
+    const cnt = counts ? checkCounts(where, counts, g.size) : new Array<number>(g.size).fill(input.length);
+    checkLength(where, 'input', input, cnt[g.rank], counts ? `counts[${g.rank}]` : 'every rank contributes its whole input');
+    const total = cnt.reduce((a, b) => a + b, 0);
+    checkLength(where, 'output', output, total, counts ? 'the sum of counts' : `world size x input length = ${g.size} x ${input.length}`);
+    const c = beginCall(g, name, options, dtypeName(where, input));
+    const esize = input.BYTES_PER_ELEMENT;
+    const off = offsets(cnt).map((e) => e * esize);
+    const outB = bytesOf(output);
+    copy(outB.subarray(off[g.rank], off[g.rank + 1]), bytesOf(input));
+    return { c, alg: ringAllgather(c, outB, off) };
+  } catch (err) {
+    throw refused(g, err);
+  }
 }
 
 /**

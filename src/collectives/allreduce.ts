@@ -17,8 +17,8 @@ import { reduceMany } from '../reduce/index.js';
 import { Board, type BoardFold } from '../transport/board.js';
 import type { ReduceOp } from '../reduce/index.js';
 import type { TransportOp } from '../transport/ops.js';
-import { bytesOf, checkArray, checkLength, evenCounts, offsets, reduction, sameType, type TypedArray } from './checks.js';
-import { CollectiveCall, copy, runAsync, runSync, type Algorithm, type CollectiveOptions, type Group, type Reduction } from './call.js';
+import { bytesOf, checkArray, checkLength, evenCounts, offsets, reduction, checkInOut, type TypedArray } from './checks.js';
+import { CollectiveCall, copy, runAsync, runSync, type Algorithm, type CollectiveOptions, type Group, type Reduction, refused } from './call.js';
 import { signature } from '../transport/signature.js';
 import { ringAllgather, ringReduceScatter, staggered } from './ring.js';
 import { sharedAllreduce, sharedAllreduceSync, type SharedCall } from './allreduce-shared.js';
@@ -67,43 +67,47 @@ interface Checked {
 const lastChecked = new WeakMap<Group, Checked>();
 
 function plan(g: Group, input: TypedArray, options: AllreduceOptions, where: string): Plan {
-  const output = options.output ?? input;
-  let k = lastChecked.get(g);
-  if (k === undefined || k.input !== input || k.output !== output || k.op !== options.op || k.float !== options.float || k.length !== input.length || input.length !== output.length) {
-    checkArray(where, 'input', input);
-    checkArray(where, 'output', output);
-    sameType(where, input, output);
-    checkLength(where, 'output', output, input.length, 'an allreduce output has as many elements as its input');
-    const red = reduction(where, input, options.op, options.float);
-    k = { input, output, length: input.length, op: options.op, float: options.float, red, sig: signature('allreduce', red.dtype, red.op) };
-    lastChecked.set(g, k);
+  try {
+    const output = options.output ?? input;
+    let k = lastChecked.get(g);
+    if (k === undefined || k.input !== input || k.output !== output || k.op !== options.op || k.float !== options.float || k.length !== input.length || input.length !== output.length) {
+      checkArray(where, 'input', input);
+      checkArray(where, 'output', output);
+      checkInOut(where, input, output);
+      checkLength(where, 'output', output, input.length, 'an allreduce output has as many elements as its input');
+      const red = reduction(where, input, options.op, options.float);
+      k = { input, output, length: input.length, op: options.op, float: options.float, red, sig: signature('allreduce', red.dtype, red.op) };
+      lastChecked.set(g, k);
+    }
+    const red = k.red;
+    const c = new CollectiveCall(g, 'allreduce', k.sig, options);
+    const inB = bytesOf(input);
+    const outB = bytesOf(output);
+    const algorithm = options.algorithm ?? 'auto';
+    const board = g.transport.board;
+    if (algorithm === 'board' && (!board || inB.byteLength > Board.capacity)) {
+      throw new WeftError('EINVAL', `${where}: algorithm 'board' needs the shm provider on one host and at most ${Board.capacity} bytes`);
+    }
+    // Board calls pair up in call order, not by tag: a tagged call (maybe one of several in
+    // flight, issued in different orders on different ranks) takes tag-matched messages.
+    if (g.size > 1 && board && (algorithm === 'board' || (algorithm === 'auto' && !options.tag && inB.byteLength <= Board.capacity && g.size <= 8))) {
+      return { c, alg: undefined, out: output, board: { board, inB, fold: { op: red.op, dtype: red.dtype, count: input.length, out: outB } } };
+    }
+    if (algorithm === 'shared' && (!board || g.size === 1 || options.tag)) {
+      throw new WeftError('EINVAL', `${where}: algorithm 'shared' needs the shm provider on one host, more than one rank and no tag`);
+    }
+    let alg: Algorithm;
+    if (g.size > 1 && board && !options.tag && (algorithm === 'shared' || (algorithm === 'auto' && inB.byteLength > DIRECT_MAX_BYTES))) {
+      const shared: SharedCall = { c, board, inB, outB, red, count: input.length, forced: algorithm === 'shared' };
+      return { c, alg: ring(c, inB, outB, red, input.length), out: output, shared };
+    }
+    if (g.size === 1) alg = single(inB, outB);
+    else if (algorithm === 'direct' || (algorithm === 'auto' && inB.byteLength <= DIRECT_MAX_BYTES && g.size <= 8)) alg = direct(c, inB, outB, red, input.length);
+    else alg = ring(c, inB, outB, red, input.length);
+    return { c, alg, out: output };
+  } catch (err) {
+    throw refused(g, err);
   }
-  const red = k.red;
-  const c = new CollectiveCall(g, 'allreduce', k.sig, options);
-  const inB = bytesOf(input);
-  const outB = bytesOf(output);
-  const algorithm = options.algorithm ?? 'auto';
-  const board = g.transport.board;
-  if (algorithm === 'board' && (!board || inB.byteLength > Board.capacity)) {
-    throw new WeftError('EINVAL', `${where}: algorithm 'board' needs the shm provider on one host and at most ${Board.capacity} bytes`);
-  }
-  // Board calls pair up in call order, not by tag: a tagged call (maybe one of several in
-  // flight, issued in different orders on different ranks) takes tag-matched messages.
-  if (g.size > 1 && board && (algorithm === 'board' || (algorithm === 'auto' && !options.tag && inB.byteLength <= Board.capacity && g.size <= 8))) {
-    return { c, alg: undefined, out: output, board: { board, inB, fold: { op: red.op, dtype: red.dtype, count: input.length, out: outB } } };
-  }
-  if (algorithm === 'shared' && (!board || g.size === 1 || options.tag)) {
-    throw new WeftError('EINVAL', `${where}: algorithm 'shared' needs the shm provider on one host, more than one rank and no tag`);
-  }
-  let alg: Algorithm;
-  if (g.size > 1 && board && !options.tag && (algorithm === 'shared' || (algorithm === 'auto' && inB.byteLength > DIRECT_MAX_BYTES))) {
-    const shared: SharedCall = { c, board, inB, outB, red, count: input.length, forced: algorithm === 'shared' };
-    return { c, alg: ring(c, inB, outB, red, input.length), out: output, shared };
-  }
-  if (g.size === 1) alg = single(inB, outB);
-  else if (algorithm === 'direct' || (algorithm === 'auto' && inB.byteLength <= DIRECT_MAX_BYTES && g.size <= 8)) alg = direct(c, inB, outB, red, input.length);
-  else alg = ring(c, inB, outB, red, input.length);
-  return { c, alg, out: output };
 }
 
 function* single(inB: Uint8Array, outB: Uint8Array): Algorithm {

@@ -1,7 +1,7 @@
 /** alltoall(v): block p of every rank's input goes to rank p, landing at the sender's place. */
 import { WeftError } from '../errors.js';
-import { bytesOf, checkArray, checkCounts, checkLength, dtypeName, offsets, sameType, type TypedArray } from './checks.js';
-import { copy, beginCall, runAsync, runSync, type Algorithm, type CollectiveOptions, type CollectiveCall, type Group } from './call.js';
+import { bytesOf, checkArray, checkCounts, checkLength, dtypeName, offsets, checkInOut, type TypedArray } from './checks.js';
+import { copy, beginCall, runAsync, runSync, type Algorithm, type CollectiveOptions, type CollectiveCall, type Group, refused } from './call.js';
 import type { TransportOp } from '../transport/ops.js';
 
 function* exchange(c: CollectiveCall, inB: Uint8Array, outB: Uint8Array, inOff: number[], outOff: number[]): Algorithm {
@@ -21,27 +21,31 @@ function* exchange(c: CollectiveCall, inB: Uint8Array, outB: Uint8Array, inOff: 
 }
 
 function plan(g: Group, input: TypedArray, output: TypedArray, sendCounts: readonly number[] | undefined, recvCounts: readonly number[] | undefined, options: CollectiveOptions, where: string) {
-  checkArray(where, 'input', input);
-  checkArray(where, 'output', output);
-  sameType(where, input, output);
-  if (input.buffer === output.buffer && input.byteOffset < output.byteOffset + output.byteLength && output.byteOffset < input.byteOffset + input.byteLength) {
-    throw new WeftError("EINVAL", `${where}: input and output overlap; alltoall is out of place only`);
+  try {
+    checkArray(where, 'input', input);
+    checkArray(where, 'output', output);
+    checkInOut(where, input, output);
+    if (input.buffer === output.buffer && input.byteOffset < output.byteOffset + output.byteLength && output.byteOffset < input.byteOffset + input.byteLength) {
+      throw new WeftError("EINVAL", `${where}: input and output overlap; alltoall is out of place only`);
+    }
+    let sc: number[];
+    let rc: number[];
+    if (sendCounts || recvCounts) {
+      sc = checkCounts(where, sendCounts, g.size, 'sendCounts');
+      rc = checkCounts(where, recvCounts, g.size, 'recvCounts');
+      checkLength(where, 'input', input, sc.reduce((a, b) => a + b, 0), 'the sum of sendCounts');
+      checkLength(where, 'output', output, rc.reduce((a, b) => a + b, 0), 'the sum of recvCounts');
+    } else {
+      if (input.length % g.size !== 0) checkLength(where, 'input', input, Math.ceil(input.length / g.size) * g.size, 'a multiple of the world size');
+      checkLength(where, 'output', output, input.length, 'as many elements as the input');
+      sc = rc = new Array<number>(g.size).fill(input.length / g.size);
+    }
+    const c = beginCall(g, sendCounts ? 'alltoallv' : 'alltoall', options, dtypeName(where, input));
+    const e = input.BYTES_PER_ELEMENT;
+    return { c, alg: exchange(c, bytesOf(input), bytesOf(output), offsets(sc).map((x) => x * e), offsets(rc).map((x) => x * e)) };
+  } catch (err) {
+    throw refused(g, err);
   }
-  let sc: number[];
-  let rc: number[];
-  if (sendCounts || recvCounts) {
-    sc = checkCounts(where, sendCounts, g.size, 'sendCounts');
-    rc = checkCounts(where, recvCounts, g.size, 'recvCounts');
-    checkLength(where, 'input', input, sc.reduce((a, b) => a + b, 0), 'the sum of sendCounts');
-    checkLength(where, 'output', output, rc.reduce((a, b) => a + b, 0), 'the sum of recvCounts');
-  } else {
-    if (input.length % g.size !== 0) checkLength(where, 'input', input, Math.ceil(input.length / g.size) * g.size, 'a multiple of the world size');
-    checkLength(where, 'output', output, input.length, 'as many elements as the input');
-    sc = rc = new Array<number>(g.size).fill(input.length / g.size);
-  }
-  const c = beginCall(g, sendCounts ? 'alltoallv' : 'alltoall', options, dtypeName(where, input));
-  const e = input.BYTES_PER_ELEMENT;
-  return { c, alg: exchange(c, bytesOf(input), bytesOf(output), offsets(sc).map((x) => x * e), offsets(rc).map((x) => x * e)) };
 }
 
 /**

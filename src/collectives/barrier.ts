@@ -3,7 +3,7 @@
  * empty call on the board: every rank publishes a sequence number and waits for everyone's,
  * one cache line per peer. Otherwise dissemination: ceil(log2 n) rounds of 0-byte messages.
  */
-import { beginCall, runAsync, runSync, type Algorithm, type CollectiveOptions, type CollectiveCall, type Group } from './call.js';
+import { beginCall, refused, runAsync, runSync, type Algorithm, type CollectiveOptions, type CollectiveCall, type Group } from './call.js';
 
 const EMPTY = new Uint8Array(0);
 
@@ -21,15 +21,23 @@ function boardFor(g: Group, options: CollectiveOptions) {
  * @example
  * await barrier(ctx);   // every rank got here
  */
+function begin(g: Group, options: CollectiveOptions): CollectiveCall {
+  try {
+    return beginCall(g, 'barrier', options);
+  } catch (err) {
+    throw refused(g, err);
+  }
+}
+
 export async function barrier(g: Group, options: CollectiveOptions = {}): Promise<void> {
-  const c = beginCall(g, 'barrier', options);
+  const c = begin(g, options);
   const board = boardFor(g, options);
   if (!board) return runAsync(c, dissemination(c));
   await board.exchangeAsync(EMPTY, c.sig, c);
 }
 
 export function barrierSync(g: Group, options: CollectiveOptions = {}): void {
-  const c = beginCall(g, 'barrier', options);
+  const c = begin(g, options);
   const board = boardFor(g, options);
   if (!board) return runSync(c, dissemination(c));
   board.exchangeSync(EMPTY, c.sig, c);

@@ -1,6 +1,6 @@
 /** broadcast: the root's array reaches every rank, in place, down a binomial tree. */
 import { bytesOf, checkArray, checkRoot, dtypeName, type TypedArray } from './checks.js';
-import { beginCall, runAsync, runSync, type Algorithm, type CollectiveOptions, type CollectiveCall, type Group } from './call.js';
+import { beginCall, runAsync, runSync, type Algorithm, type CollectiveOptions, type CollectiveCall, type Group, refused } from './call.js';
 
 export interface RootOptions extends CollectiveOptions {
   /** The rank that holds (or gets) the data (default 0). */
@@ -26,10 +26,14 @@ export function* binomialBroadcast(c: CollectiveCall, buf: Uint8Array, root: num
 }
 
 function plan(g: Group, data: TypedArray, options: RootOptions, where: string) {
-  checkArray(where, 'data', data);
-  const root = checkRoot(where, options.root, g.size);
-  const c = beginCall(g, 'broadcast', options, dtypeName(where, data), undefined, root);
-  return { c, alg: binomialBroadcast(c, bytesOf(data), root) };
+  try {
+    checkArray(where, 'data', data);
+    const root = checkRoot(where, options.root, g.size);
+    const c = beginCall(g, 'broadcast', options, dtypeName(where, data), undefined, root);
+    return { c, alg: binomialBroadcast(c, bytesOf(data), root) };
+  } catch (err) {
+    throw refused(g, err);
+  }
 }
 
 /**

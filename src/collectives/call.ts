@@ -40,6 +40,8 @@ export class CollectiveCall {
   readonly size: number;
   readonly device: Device;
   readonly slot: number;
+  /** This call's number among its slot's calls: every rank counts the same (transport H.CALL). */
+  readonly call: number;
   readonly deadline: Deadline;
   private readonly tag: number;
   private held: Uint8Array[] | undefined;
@@ -58,6 +60,9 @@ export class CollectiveCall {
     this.tag = tag;
     this.deadline = new Deadline(options.timeoutMs, options.signal);
     if (this.device.failure || this.device.closed) this.device.checkUsable(`${collective} (tag ${tag})`);
+    if (options.signal?.aborted) throw new WeftError('EABORTED', `${this.what}: the AbortSignal was aborted before the call started`, { cause: options.signal.reason });
+    // Counted on every call, whatever its path (board or messages), so the ranks stay in step.
+    this.call = this.device.nextCall(this.slot);
   }
 
   /** "rank 3: allreduce (tag 0)", for messages (built only when needed). */
@@ -81,6 +86,7 @@ export class CollectiveCall {
   send(to: number, bytes: Uint8Array): SendOp {
     const op = new SendOp(to, this.slot, bytes, this.sig, 0, 0);
     op.allowZeroCopy = true;
+    op.call = this.call;
     this.device.pair(to).send(op);
     return op;
   }
@@ -88,6 +94,7 @@ export class CollectiveCall {
   /** Receives exactly `dst.byteLength` bytes from `from` into dst. */
   recv(from: number, dst: Uint8Array): RecvOp {
     const op = new RecvOp([from], this.slot, dst, dst.byteLength, this.sig, undefined);
+    op.call = this.call;
     this.device.pair(from).post(op);
     return op;
   }
@@ -96,6 +103,7 @@ export class CollectiveCall {
   recvReduce(from: number, dst: Uint8Array, a: Uint8Array, red: Reduction): RecvOp {
     const sink: ReduceSink = { op: red.op, dtype: red.dtype, elementBytes: red.elementBytes, a };
     const op = new RecvOp([from], this.slot, dst, dst.byteLength, this.sig, sink);
+    op.call = this.call;
     this.device.pair(from).post(op);
     return op;
   }
@@ -118,17 +126,41 @@ function failed(c: CollectiveCall, err: unknown): WeftError {
   return e;
 }
 
+/**
+ * A call refused on this rank before it reached the wire (bad arguments, an aborted signal,
+ * a busy tag): the other ranks would wait for it until their timeout, or take the next call's
+ * messages for this one's. So the job is aborted with the same error, and every rank's
+ * pending and later calls fail with its code (docs/collectives.md, "Errors"). A closed
+ * context reaches nobody: its ECLOSED stays local.
+ */
+export function refused(g: Group, err: unknown): unknown {
+  const d = g.transport;
+  if (err instanceof WeftError && err.code !== 'ECLOSED' && !d.closed) d.abort(err);
+  return err;
+}
+
 export function runSync(c: CollectiveCall, alg: Algorithm): void {
+  try {
+    c.device.claimSlot(c.slot, c.what);
+  } catch (err) {
+    throw failed(c, err);
+  }
   try {
     for (let r = alg.next(); !r.done; r = alg.next()) c.device.waitSync(r.value, c.deadline, c.what);
   } catch (err) {
     throw failed(c, err);
   } finally {
+    c.device.releaseSlot(c.slot);
     c.releaseScratch();
   }
 }
 
 export async function runAsync(c: CollectiveCall, alg: Algorithm): Promise<void> {
+  try {
+    c.device.claimSlot(c.slot, c.what);
+  } catch (err) {
+    throw failed(c, err);
+  }
   try {
     for (let r = alg.next(); !r.done; r = alg.next()) {
       if (c.device.pollFor(r.value, ASYNC_SPIN_MS)) continue;
@@ -137,6 +169,7 @@ export async function runAsync(c: CollectiveCall, alg: Algorithm): Promise<void>
   } catch (err) {
     throw failed(c, err);
   } finally {
+    c.device.releaseSlot(c.slot);
     c.releaseScratch();
   }
 }

@@ -15,6 +15,20 @@ export { bytesOf } from '../transport/bytes.js';
 
 export function checkArray(where: string, name: string, v: unknown): asserts v is TypedArray {
   if (!isTypedArray(v)) throw new WeftError('EINVAL', `${where}: ${name} must be a typed array (Float32Array, Int32Array, BigInt64Array, ...), got ${describeValue(v)}`);
+  if (v.byteLength === 0 && isDetached(v.buffer)) {
+    throw new WeftError('EINVAL', `${where}: ${name}'s ArrayBuffer is detached (transferred to a worker or by structuredClone); pass an array whose memory this thread still owns`);
+  }
+}
+
+/** A view of a detached buffer reads as empty; only constructing a view on it tells (rare path: empty views only). */
+function isDetached(buffer: ArrayBufferLike): boolean {
+  if (buffer.byteLength !== 0) return false;
+  try {
+    new Uint8Array(buffer);
+    return false;
+  } catch {
+    return true;
+  }
 }
 
 export function dtypeName(where: string, v: TypedArray, hint?: 'float16' | 'bfloat16'): DType {
@@ -25,8 +39,19 @@ export function dtypeName(where: string, v: TypedArray, hint?: 'float16' | 'bflo
   }
 }
 
-export function sameType(where: string, a: TypedArray, b: TypedArray, an = 'input', bn = 'output'): void {
+/**
+ * An input and an output array of one call: the same element type, and either the same view
+ * (in place, where the collective allows it) or no shared bytes at all. A partial overlap
+ * would be overwritten while it is still being read.
+ */
+export function checkInOut(where: string, a: TypedArray, b: TypedArray, an = 'input', bn = 'output'): void {
   if (a.constructor !== b.constructor) throw new WeftError('EINVAL', `${where}: ${an} is a ${a.constructor.name} but ${bn} is a ${b.constructor.name}; use the same element type`);
+  if (a.buffer !== b.buffer) return;
+  const same = a.byteOffset === b.byteOffset && a.byteLength === b.byteLength;
+  const apart = a.byteOffset + a.byteLength <= b.byteOffset || b.byteOffset + b.byteLength <= a.byteOffset;
+  if (!same && !apart) {
+    throw new WeftError('EINVAL', `${where}: ${an} (bytes ${a.byteOffset}..${a.byteOffset + a.byteLength}) and ${bn} (bytes ${b.byteOffset}..${b.byteOffset + b.byteLength}) partly overlap in one buffer; pass the same array (in place) or separate memory`);
+  }
 }
 
 export function reduction(where: string, v: TypedArray, op: ReduceOp | undefined, hint?: 'float16' | 'bfloat16'): Reduction {

@@ -1,7 +1,7 @@
 /** gather(v) and scatter: blocks between the root and every rank, exchanged directly. */
 import { WeftError } from '../errors.js';
-import { bytesOf, checkArray, checkCounts, checkLength, checkRoot, dtypeName, offsets, sameType, type TypedArray } from './checks.js';
-import { copy, beginCall, runAsync, runSync, type Algorithm, type CollectiveCall, type Group } from './call.js';
+import { bytesOf, checkArray, checkCounts, checkLength, checkRoot, dtypeName, offsets, checkInOut, type TypedArray } from './checks.js';
+import { copy, beginCall, runAsync, runSync, type Algorithm, type CollectiveCall, type Group, refused } from './call.js';
 import type { RootOptions } from './broadcast.js';
 import type { TransportOp } from '../transport/ops.js';
 
@@ -30,19 +30,23 @@ function* scatterAlg(c: CollectiveCall, inB: Uint8Array | undefined, outB: Uint8
 }
 
 function planGather(g: Group, input: TypedArray, output: TypedArray | undefined, counts: readonly number[] | undefined, options: RootOptions, name: 'gather' | 'gatherv', where: string) {
-  checkArray(where, 'input', input);
-  const root = checkRoot(where, options.root, g.size);
-  const cnt = counts ? checkCounts(where, counts, g.size) : new Array<number>(g.size).fill(input.length);
-  checkLength(where, 'input', input, cnt[g.rank], counts ? `counts[${g.rank}]` : 'every rank sends its whole input');
-  if (g.rank === root) {
-    if (output === undefined) throw new WeftError("EINVAL", `${where}: the root needs an output array`);
-    checkArray(where, 'output', output);
-    sameType(where, input, output);
-    checkLength(where, 'output', output, cnt.reduce((a, b) => a + b, 0), counts ? 'the sum of counts' : `world size x input length = ${g.size} x ${input.length}`);
+  try {
+    checkArray(where, 'input', input);
+    const root = checkRoot(where, options.root, g.size);
+    const cnt = counts ? checkCounts(where, counts, g.size) : new Array<number>(g.size).fill(input.length);
+    checkLength(where, 'input', input, cnt[g.rank], counts ? `counts[${g.rank}]` : 'every rank sends its whole input');
+    if (g.rank === root) {
+      if (output === undefined) throw new WeftError("EINVAL", `${where}: the root needs an output array`);
+      checkArray(where, 'output', output);
+      checkInOut(where, input, output);
+      checkLength(where, 'output', output, cnt.reduce((a, b) => a + b, 0), counts ? 'the sum of counts' : `world size x input length = ${g.size} x ${input.length}`);
+    }
+    const c = beginCall(g, name, options, dtypeName(where, input), undefined, root);
+    const off = offsets(cnt).map((e) => e * input.BYTES_PER_ELEMENT);
+    return { c, alg: gatherAlg(c, bytesOf(input), output && g.rank === root ? bytesOf(output) : undefined, off, root) };
+  } catch (err) {
+    throw refused(g, err);
   }
-  const c = beginCall(g, name, options, dtypeName(where, input), undefined, root);
-  const off = offsets(cnt).map((e) => e * input.BYTES_PER_ELEMENT);
-  return { c, alg: gatherAlg(c, bytesOf(input), output && g.rank === root ? bytesOf(output) : undefined, off, root) };
 }
 
 /**
@@ -78,17 +82,21 @@ export function gathervSync<T extends TypedArray>(g: Group, input: T, output: T 
 }
 
 function planScatter(g: Group, input: TypedArray | undefined, output: TypedArray, options: RootOptions, where: string) {
-  checkArray(where, 'output', output);
-  const root = checkRoot(where, options.root, g.size);
-  if (g.rank === root) {
-    checkArray(where, 'input', input);
-    sameType(where, input, output);
-    checkLength(where, 'input', input, g.size * output.length, `world size x output length = ${g.size} x ${output.length}`);
+  try {
+    checkArray(where, 'output', output);
+    const root = checkRoot(where, options.root, g.size);
+    if (g.rank === root) {
+      checkArray(where, 'input', input);
+      checkInOut(where, input, output);
+      checkLength(where, 'input', input, g.size * output.length, `world size x output length = ${g.size} x ${output.length}`);
+    }
+    const c = beginCall(g, 'scatter', options, dtypeName(where, output), undefined, root);
+    const esize = output.BYTES_PER_ELEMENT;
+    const off = Array.from({ length: g.size + 1 }, (_, i) => i * output.length * esize);
+    return { c, alg: scatterAlg(c, input && g.rank === root ? bytesOf(input) : undefined, bytesOf(output), off, root) };
+  } catch (err) {
+    throw refused(g, err);
   }
-  const c = beginCall(g, 'scatter', options, dtypeName(where, output), undefined, root);
-  const esize = output.BYTES_PER_ELEMENT;
-  const off = Array.from({ length: g.size + 1 }, (_, i) => i * output.length * esize);
-  return { c, alg: scatterAlg(c, input && g.rank === root ? bytesOf(input) : undefined, bytesOf(output), off, root) };
 }
 
 /**

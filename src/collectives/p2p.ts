@@ -7,7 +7,7 @@ import { Deadline } from '../util/deadline.js';
 import { RecvOp, SendOp, type TransportOp } from '../transport/ops.js';
 import { collectiveSlot } from '../transport/signature.js';
 import { bytesOf, checkArray, type TypedArray } from './checks.js';
-import type { CollectiveOptions, Group } from './call.js';
+import { refused, type CollectiveOptions, type Group } from './call.js';
 
 /** A send or receive in flight (from isend / irecv). */
 export class Request {
@@ -55,10 +55,15 @@ function tagOf(where: string, options: CollectiveOptions): number {
  */
 export function isend(g: Group, data: TypedArray, dst: number, options: CollectiveOptions = {}): Request {
   const where = `rank ${g.rank}: send to rank ${dst}`;
-  checkArray(where, 'data', data);
-  peerCheck(g, where, dst);
-  const tag = tagOf(where, options);
-  g.transport.checkUsable(`send to rank ${dst} (tag ${tag})`);
+  let tag: number;
+  try {
+    checkArray(where, 'data', data);
+    peerCheck(g, where, dst);
+    tag = tagOf(where, options);
+    g.transport.checkUsable(`send to rank ${dst} (tag ${tag})`);
+  } catch (err) {
+    throw refused(g, err);
+  }
   const op = new SendOp(dst, collectiveSlot('p2p', tag), bytesOf(data), 0, 0, 0);
   g.transport.pair(dst).send(op);
   return new Request(g, op, `${where} (tag ${tag})`, options);
@@ -75,11 +80,16 @@ export function isend(g: Group, data: TypedArray, dst: number, options: Collecti
 export function irecv(g: Group, data: TypedArray, src: number | readonly number[] | undefined, options: CollectiveOptions = {}): Request {
   const srcs = src === undefined ? [...Array(g.size).keys()].filter((r) => r !== g.rank) : typeof src === 'number' ? [src] : [...src];
   const where = `rank ${g.rank}: recv from ${srcs.length === 1 ? `rank ${srcs[0]}` : src === undefined ? 'any rank' : `ranks ${srcs.join(', ')}`}`;
-  checkArray(where, 'data', data);
-  if (srcs.length === 0) throw new WeftError('EINVAL', `${where}: no source rank${g.size === 1 ? ' (world size 1)' : ''}`);
-  for (const s of srcs) peerCheck(g, where, s);
-  const tag = tagOf(where, options);
-  g.transport.checkUsable(`recv (tag ${tag})`);
+  let tag: number;
+  try {
+    checkArray(where, 'data', data);
+    if (srcs.length === 0) throw new WeftError('EINVAL', `${where}: no source rank${g.size === 1 ? ' (world size 1)' : ''}`);
+    for (const s of srcs) peerCheck(g, where, s);
+    tag = tagOf(where, options);
+    g.transport.checkUsable(`recv (tag ${tag})`);
+  } catch (err) {
+    throw refused(g, err);
+  }
   const op = new RecvOp(srcs, collectiveSlot('p2p', tag), bytesOf(data), -1, 0, undefined);
   for (const s of srcs) {
     g.transport.pair(s).post(op);

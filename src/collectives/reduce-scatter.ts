@@ -1,7 +1,7 @@
 /** reduceScatter: reduce across ranks, rank r keeps block r of the result (ring). */
 import type { ReduceOp } from '../reduce/index.js';
-import { bytesOf, checkArray, checkCounts, checkLength, offsets, reduction, sameType, type TypedArray } from './checks.js';
-import { copy, beginCall, runAsync, runSync, type Algorithm, type CollectiveOptions, type CollectiveCall, type Group, type Reduction } from './call.js';
+import { bytesOf, checkArray, checkCounts, checkLength, offsets, reduction, checkInOut, type TypedArray } from './checks.js';
+import { copy, beginCall, runAsync, runSync, type Algorithm, type CollectiveOptions, type CollectiveCall, type Group, type Reduction, refused } from './call.js';
 import { ringReduceScatter } from './ring.js';
 
 export interface ReduceScatterOptions extends CollectiveOptions {
@@ -18,16 +18,20 @@ function* run(c: CollectiveCall, inB: Uint8Array, outB: Uint8Array, off: number[
 }
 
 function plan(g: Group, input: TypedArray, output: TypedArray, options: ReduceScatterOptions, where: string) {
-  checkArray(where, 'input', input);
-  checkArray(where, 'output', output);
-  sameType(where, input, output);
-  const counts = options.counts ? checkCounts(where, options.counts, g.size) : new Array<number>(g.size).fill(output.length);
-  checkLength(where, 'output', output, counts[g.rank], options.counts ? `counts[${g.rank}]` : 'each rank keeps output.length elements');
-  checkLength(where, 'input', input, counts.reduce((a, b) => a + b, 0), options.counts ? 'the sum of counts' : `world size x output length = ${g.size} x ${output.length}`);
-  const red = reduction(where, input, options.op, options.float);
-  const c = beginCall(g, 'reduce_scatter', options, red.dtype, red.op);
-  const off = offsets(counts).map((e) => e * red.elementBytes);
-  return { c, alg: run(c, bytesOf(input), bytesOf(output), off, red) };
+  try {
+    checkArray(where, 'input', input);
+    checkArray(where, 'output', output);
+    checkInOut(where, input, output);
+    const counts = options.counts ? checkCounts(where, options.counts, g.size) : new Array<number>(g.size).fill(output.length);
+    checkLength(where, 'output', output, counts[g.rank], options.counts ? `counts[${g.rank}]` : 'each rank keeps output.length elements');
+    checkLength(where, 'input', input, counts.reduce((a, b) => a + b, 0), options.counts ? 'the sum of counts' : `world size x output length = ${g.size} x ${output.length}`);
+    const red = reduction(where, input, options.op, options.float);
+    const c = beginCall(g, 'reduce_scatter', options, red.dtype, red.op);
+    const off = offsets(counts).map((e) => e * red.elementBytes);
+    return { c, alg: run(c, bytesOf(input), bytesOf(output), off, red) };
+  } catch (err) {
+    throw refused(g, err);
+  }
 }
 
 /**

@@ -1,7 +1,7 @@
 /** reduce: the reduction of every rank's array, at the root only (binomial tree). */
 import type { ReduceOp } from '../reduce/index.js';
-import { bytesOf, checkArray, checkLength, checkRoot, reduction, sameType, type TypedArray } from './checks.js';
-import { copy, beginCall, runAsync, runSync, type Algorithm, type CollectiveCall, type Group, type Reduction } from './call.js';
+import { bytesOf, checkArray, checkLength, checkRoot, reduction, checkInOut, type TypedArray } from './checks.js';
+import { copy, beginCall, runAsync, runSync, type Algorithm, type CollectiveCall, type Group, type Reduction, refused } from './call.js';
 import type { RootOptions } from './broadcast.js';
 
 export interface ReduceOptions extends RootOptions {
@@ -31,15 +31,19 @@ function* binomialReduce(c: CollectiveCall, inB: Uint8Array, outB: Uint8Array, r
 }
 
 function plan(g: Group, input: TypedArray, options: ReduceOptions, where: string) {
-  checkArray(where, 'input', input);
-  const root = checkRoot(where, options.root, g.size);
-  const output = g.rank === root ? (options.output ?? input) : input;
-  checkArray(where, 'output', output);
-  sameType(where, input, output);
-  checkLength(where, 'output', output, input.length, 'a reduce output has as many elements as its input');
-  const red = reduction(where, input, options.op, options.float);
-  const c = beginCall(g, 'reduce', options, red.dtype, red.op, root);
-  return { c, alg: binomialReduce(c, bytesOf(input), bytesOf(output), red, root), output };
+  try {
+    checkArray(where, 'input', input);
+    const root = checkRoot(where, options.root, g.size);
+    const output = g.rank === root ? (options.output ?? input) : input;
+    checkArray(where, 'output', output);
+    checkInOut(where, input, output);
+    checkLength(where, 'output', output, input.length, 'a reduce output has as many elements as its input');
+    const red = reduction(where, input, options.op, options.float);
+    const c = beginCall(g, 'reduce', options, red.dtype, red.op, root);
+    return { c, alg: binomialReduce(c, bytesOf(input), bytesOf(output), red, root), output };
+  } catch (err) {
+    throw refused(g, err);
+  }
 }
 
 /**

@@ -103,7 +103,7 @@ export class Board {
    * passes nothing), and tells the peers it is done reading.
    */
   exchangeSync(bytes: Uint8Array, sig: number, call: BoardCall, fold?: BoardFold | BoardRead): void {
-    if (this.pending > 0) throw new WeftError('EINVAL', `${call.what}: an async board call (allreduce or barrier) is still running on this context; await it before a blocking one`);
+    if (this.pending > 0) throw this.abort(new WeftError('EINVAL', `${call.what}: an async board call (allreduce or barrier) is still running on this context; await it before a blocking one`));
     const k = (this.seq = (this.seq + 1) | 0);
     this.waitSync(DONE, (k - 2) | 0, call);
     this.publish(k, bytes, sig);
@@ -211,8 +211,15 @@ export class Board {
   /** Between sleeps: dead peers and ABORT messages surface, the deadline is checked. */
   private readonly probe = (): void => {
     const call = this.plan.call as BoardCall;
-    this.device.progress();
+    this.device.probe();
     if (this.device.failure) throw this.device.failure;
+    // A pair fails without aborting the job when nothing of the transport was in flight on
+    // it, which is the case for a board call: look, or wait out the timeout for a dead rank.
+    const dead = this.device.failedPeer();
+    if (dead) {
+      const e = dead.error as WeftError;
+      throw this.abort(new WeftError(e.code, `${call.what}: rank ${dead.peer} is gone (intra-host board): ${e.message}`, { cause: e }));
+    }
     const { deadline } = call;
     if (deadline.signal?.aborted || deadline.remaining() <= 0) {
       const r = this.behind(this.waitWord, this.waitK);

@@ -57,6 +57,10 @@ export class Device implements PairHost, CompletionSink {
   readonly pool = new BytePool();
   /** The error that aborted the job, if any: every later operation fails with it. */
   failure: WeftError | undefined;
+  /** Calls made so far per slot (collective and tag): every rank counts the same (layout H.CALL). */
+  private readonly calls = new Map<number, number>();
+  /** Slots with a message-based call in flight: a second one on the same slot would mix their messages. */
+  private readonly busySlots = new Set<number>();
   readonly nic: NicDevice;
   private readonly byQpn: (Pair | undefined)[] = [];
   /** Failed completions of the batch being dispatched: handled after its messages. */
@@ -118,6 +122,21 @@ export class Device implements PairHost, CompletionSink {
   /** Polls the process's CQ (every owner's completions go to their owner); returns how many. */
   progress(): number {
     return this.router.poll();
+  }
+
+  /**
+   * For slow paths (a waiter about to yield or sleep): lets the NIC check its peers'
+   * liveness (rate-limited there; polls do it only now and then), then polls.
+   */
+  probe(): void {
+    this.nic.cq.ready();
+    this.router.poll();
+  }
+
+  /** The first peer whose pair failed (a dead rank, a broken connection), if any. */
+  failedPeer(): Pair | undefined {
+    for (const p of this.pairs) if (p?.error) return p;
+    return undefined;
   }
 
   /** CompletionSink: a completion of one of our QPs. */
@@ -190,6 +209,27 @@ export class Device implements PairHost, CompletionSink {
     this.failure = err;
     for (const p of this.pairs) p?.fail(err);
     this.router.kick();
+  }
+
+  /** The number of the next collective call on `slot` (from 1; wraps at 2^32). */
+  nextCall(slot: number): number {
+    const n = ((this.calls.get(slot) ?? 0) + 1) >>> 0 || 1;
+    this.calls.set(slot, n);
+    return n;
+  }
+
+  /**
+   * Marks `slot` busy for a message-based call; EINVAL when a call of the same collective and
+   * tag is still in flight on this rank (their messages would mix: concurrent calls need
+   * distinct tags).
+   */
+  claimSlot(slot: number, what: string): void {
+    if (this.busySlots.has(slot)) throw new WeftError('EINVAL', `${what}: a call of the same collective and tag is still in flight on this rank; await it first, or give concurrent calls distinct tags`);
+    this.busySlots.add(slot);
+  }
+
+  releaseSlot(slot: number): void {
+    this.busySlots.delete(slot);
   }
 
   /** Throws the job's failure, if any, before an operation starts. */

@@ -26,6 +26,12 @@ export const H = {
   /** Collective signature (0 for point to point): see signature.ts. */
   SIG: 8,
   FLAGS: 9,
+  /**
+   * Which call of its slot (collective and tag) the message belongs to, counted by every rank
+   * from 1: a message of an earlier or later call than the receive's is a mismatch (a rank
+   * that took another root, or whose call failed, left it behind). 0 for point to point.
+   */
+  CALL: 10,
 } as const;
 
 /** 'WTM1' little-endian. */

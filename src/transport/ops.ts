@@ -51,6 +51,8 @@ export class SendOp extends TransportOp {
   zcOffset = 0;
   /** Ring sequence number of the last chunk written (zero-copy sends wait for its credit). */
   lastSeq = -1;
+  /** The collective call this message belongs to (layout H.CALL; 0: point to point). */
+  call = 0;
   constructor(
     readonly to: number,
     readonly slot: number,
@@ -83,6 +85,8 @@ export class RecvOp extends TransportOp {
   got = 0;
   /** Persistent receives (bound buffers) stay posted and count messages instead. */
   messages = 0;
+  /** The collective call whose message this receive takes (0: point to point, any). */
+  call = 0;
   constructor(
     readonly srcs: readonly number[],
     readonly slot: number,

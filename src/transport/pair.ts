@@ -53,6 +53,7 @@ interface Unexpected {
   slot: number;
   total: number;
   sig: number;
+  call: number;
   roffset: number;
   bound: boolean;
   data: Uint8Array;
@@ -193,6 +194,7 @@ export class Pair {
     words[w + L.H.LENGTH] = len;
     words[w + L.H.ROFFSET] = op.roffset;
     words[w + L.H.SIG] = op.sig;
+    words[w + L.H.CALL] = op.call;
     const last = op.pos + len >= op.src.byteLength;
     words[w + L.H.FLAGS] = op.zcRegion && last ? op.flags | L.FLAG_ACK : op.flags;
     op.lastSeq = seq;
@@ -243,7 +245,7 @@ export class Pair {
       for (let i = 0; i < held.length; i++) {
         const u = held[i];
         if (op.persistent !== u.bound) continue;
-        if (!this.matchable(op, u.total, u.sig)) return;
+        if (!this.matchable(op, u.total, u.sig, u.call)) return;
         held.splice(i, 1);
         op.matched = !op.persistent;
         op.peer = this.peer;
@@ -270,7 +272,11 @@ export class Pair {
   /** A WRITE_IMM from the peer landed in our inbox. */
   onImm(imm: number): void {
     const kind = imm >>> L.KIND_SHIFT;
-    if (kind === L.KIND_DATA) this.onChunk();
+    // A failed pair takes no more data (its half-received message is gone); an ABORT that
+    // explains the failure is still read.
+    if (kind === L.KIND_DATA) {
+      if (!this.error) this.onChunk();
+    }
     else if (kind === L.KIND_CREDIT) {
       this.acked += ((imm & L.KIND_MASK) - (this.acked & L.KIND_MASK)) & L.KIND_MASK;
       if (this.unacked.length > 0) this.settleUnacked();
@@ -301,6 +307,7 @@ export class Pair {
     const len = r[w + L.H.LENGTH] >>> 0;
     const roffset = r[w + L.H.ROFFSET] >>> 0;
     const sig = r[w + L.H.SIG] >>> 0;
+    const call = r[w + L.H.CALL] >>> 0;
     const flags = r[w + L.H.FLAGS];
     const bound = (flags & L.FLAG_BOUND) !== 0;
     if (len > g.chunkBytes || offset + len > total) return this.protocolError(`chunk ${this.received - 1} claims ${len} bytes at ${offset} of a ${total}-byte message`);
@@ -309,10 +316,10 @@ export class Pair {
     let cur = this.current;
     if (offset === 0) {
       if (cur) return this.protocolError(`a new message started before the last one (${cur.total} bytes) ended`);
-      cur = this.current = { op: this.match(slot, total, sig, bound), held: undefined, total, roffset };
+      cur = this.current = { op: this.match(slot, total, sig, call, bound), held: undefined, total, roffset };
       if (!cur.op) {
         if (this.error) return;
-        const u: Unexpected = { slot, total, sig, roffset, bound, data: this.host.pool.take(total), got: 0 };
+        const u: Unexpected = { slot, total, sig, call, roffset, bound, data: this.host.pool.take(total), got: 0 };
         let q = this.unexpected.get(slot);
         if (!q) this.unexpected.set(slot, (q = []));
         q.push(u);
@@ -353,7 +360,7 @@ export class Pair {
   }
 
   /** The first posted receive for `slot` that takes a message from this peer. */
-  private match(slot: number, total: number, sig: number, bound: boolean): RecvOp | undefined {
+  private match(slot: number, total: number, sig: number, call: number, bound: boolean): RecvOp | undefined {
     const q = this.posted.get(slot);
     if (!q) return undefined;
     for (let i = 0; i < q.length; i++) {
@@ -363,7 +370,7 @@ export class Pair {
         continue;
       }
       if (op.persistent !== bound) continue;
-      if (!this.matchable(op, total, sig)) return undefined;
+      if (!this.matchable(op, total, sig, call)) return undefined;
       if (!op.persistent) {
         q.splice(i, 1);
         op.matched = true;
@@ -375,9 +382,14 @@ export class Pair {
   }
 
   /** Checks a message against the receive it matches; a mismatch aborts the job. */
-  private matchable(op: RecvOp, total: number, sig: number): boolean {
+  private matchable(op: RecvOp, total: number, sig: number, call: number): boolean {
     if (op.sig !== sig) {
       this.host.abort(new WeftError('EINVAL', `${this.host.label}: ${describeSignature(op.sig)} got a message from rank ${this.peer}, which called ${describeSignature(sig)}; every rank must make the same collective calls in the same order, with the same dtype, op and root`));
+      return false;
+    }
+    if (op.call !== call) {
+      const when = ((call - op.call) | 0) < 0 ? 'an earlier' : 'a later';
+      this.host.abort(new WeftError('EINVAL', `${this.host.label}: ${describeSignature(op.sig)} (call ${op.call} of its kind and tag) got a message from rank ${this.peer} that belongs to ${when} call (${call}); the ranks disagree about an earlier call: another root, or a call that failed or was skipped on some rank. Every rank must make the same collective calls in the same order`));
       return false;
     }
     const room = op.persistent ? op.dst.byteLength : op.nbytes < 0 ? op.dst.byteLength : op.nbytes;
@@ -426,6 +438,7 @@ export class Pair {
     for (const q of this.posted.values()) for (const op of q) if (!op.matched || op.persistent) op.fail(err);
     this.posted.clear();
     if (this.current?.op) this.current.op.fail(err);
+    this.current = undefined;
   }
 
   /** Something in flight involves this peer: a queued send, a posted receive, a message half in. */

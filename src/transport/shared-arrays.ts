@@ -8,7 +8,7 @@
  */
 import { WeftError } from '../errors.js';
 import type { MemoryRegion, RemoteRegion, QueuePair } from '../nic/types.js';
-import type { TypedArray } from '../reduce/index.js';
+import { dtypeOf, type TypedArray } from '../reduce/index.js';
 
 /** A typed-array constructor `alloc` accepts. */
 export type TypedArrayConstructor<T extends TypedArray> = {
@@ -48,6 +48,12 @@ export class SharedArrays {
     const where = `${this.host.label}: alloc`;
     const bpe = ctor?.BYTES_PER_ELEMENT;
     if (typeof ctor !== 'function' || !Number.isInteger(bpe)) throw new WeftError('EINVAL', `${where}: the first argument must be a typed-array constructor (Float32Array, BigInt64Array, ...)`);
+    // Only element types the collectives take: an array none of them accepts is no use here.
+    try {
+      dtypeOf(new ctor(new ArrayBuffer(0), 0, 0));
+    } catch (err) {
+      throw new WeftError('EINVAL', `${where}: ${ctor.name}: ${(err as Error).message.replace(/^dtypeOf: /, '')}`);
+    }
     if (!Number.isInteger(length) || length < 1 || length * bpe > 0xffffffff) throw new WeftError('EINVAL', `${where}: length must be an integer in [1, 4 GiB / ${bpe}), got ${length}`);
     const mr = this.host.nic.allocate(length * bpe);
     const array = new ctor(mr.bytes.buffer, mr.bytes.byteOffset, length);

@@ -26,7 +26,7 @@ export class Deadline {
   readonly timeoutMs: number;
   constructor(timeoutMs: number | undefined, readonly signal?: AbortSignal) {
     const t = timeoutMs ?? defaultTimeoutMs();
-    if (!(t >= 0)) throw new WeftError('EINVAL', `timeoutMs must be a non-negative number, got ${t}`);
+    if (typeof t !== 'number' || !(t >= 0)) throw new WeftError('EINVAL', `timeoutMs must be a non-negative number, got ${typeof t === 'string' ? JSON.stringify(t) : String(t)}`);
     this.timeoutMs = t;
     this.at = performance.now() + t;
   }

@@ -98,6 +98,8 @@ export class ShmCompletionQueue implements CompletionQueue {
   readonly doorbell: Doorbell = {
     beforeSleep: () => this.dev.flushGrants(true),
     sleepSync: (ms, ready) => {
+      // Polls check peers' liveness only every 64th time (hot path): a sleeper does it per slice.
+      this.dev.progress(performance.now());
       const c = this.dev.ctl;
       Atomics.add(c, L.SLEEPING, 1);
       const bell = Atomics.load(c, L.DOORBELL);
@@ -105,6 +107,7 @@ export class ShmCompletionQueue implements CompletionQueue {
       Atomics.sub(c, L.SLEEPING, 1);
     },
     sleepAsync: async (ms, ready) => {
+      this.dev.progress(performance.now());
       const c = this.dev.ctl;
       Atomics.add(c, L.SLEEPING, 1);
       try {
