@@ -71,6 +71,24 @@ Napi::Value ProcessAlive(const Napi::CallbackInfo& info) {
   return Napi::Boolean::New(env, true);
 }
 
+// processState(pid, startTime?): the state letter of /proc/<pid>/stat ("R", "S", "D", "T"
+// stopped by a signal, "t" stopped by a tracer, ...), or "" when the process is gone, a
+// zombie, or (startTime given) another process under a recycled pid. A timeout names a
+// stopped rank with it: the others all wait for that one, each through its neighbour.
+Napi::Value ProcessState(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 1 || !info[0].IsNumber()) return Fail(env, "EINVAL", "processState(pid: number, startTime?: number)");
+  int pid = info[0].As<Napi::Number>().Int32Value();
+  char state = 0;
+  unsigned long long start = 0;
+  if (pid <= 0 || !ReadStat(pid, &state, &start) || state == 'Z' || state == 'X') return Napi::String::New(env, "");
+  if (info.Length() >= 2 && info[1].IsNumber()) {
+    double want = info[1].As<Napi::Number>().DoubleValue();
+    if (want >= 0 && static_cast<double>(start) != want) return Napi::String::New(env, "");
+  }
+  return Napi::String::New(env, std::string(1, state));
+}
+
 // yieldThread(): gives the core to another runnable process (oversubscribed ranks).
 napi_value YieldThread(napi_env env, napi_callback_info info) {
   sched_yield();
@@ -122,6 +140,7 @@ void InitProc(Napi::Env env, Napi::Object exports) {
   exports.Set("bindToCpu", Napi::Function::New(env, BindToCpu, "bindToCpu"));
   exports.Set("processStartTime", Napi::Function::New(env, ProcessStartTime, "processStartTime"));
   exports.Set("processAlive", Napi::Function::New(env, ProcessAlive, "processAlive"));
+  exports.Set("processState", Napi::Function::New(env, ProcessState, "processState"));
   napi_value fn;
   napi_create_function(env, "yieldThread", NAPI_AUTO_LENGTH, YieldThread, nullptr, &fn);
   exports.Set("yieldThread", Napi::Value(env, fn));

@@ -18,7 +18,8 @@ import { Board, type BoardFold } from '../transport/board.js';
 import type { ReduceOp } from '../reduce/index.js';
 import type { TransportOp } from '../transport/ops.js';
 import { bytesOf, checkArray, checkLength, evenCounts, offsets, reduction, checkInOut, type TypedArray } from './checks.js';
-import { CollectiveCall, copy, runAsync, runSync, type Algorithm, type CollectiveOptions, type Group, type Reduction, refused } from './call.js';
+import { agreement, CHECK_CALLS } from './agreement.js';
+import { CollectiveCall, copy, driveAsync, driveSync, runAsync, runSync, type Algorithm, type CollectiveOptions, type Group, type Reduction, refused } from './call.js';
 import { signature } from '../transport/signature.js';
 import { ringAllgather, ringReduceScatter, staggered } from './ring.js';
 import { sharedAllreduce, sharedAllreduceSync, type SharedCall } from './allreduce-shared.js';
@@ -80,7 +81,7 @@ function plan(g: Group, input: TypedArray, options: AllreduceOptions, where: str
       lastChecked.set(g, k);
     }
     const red = k.red;
-    const c = new CollectiveCall(g, 'allreduce', k.sig, options);
+    const c = new CollectiveCall(g, 'allreduce', k.sig, options, input.byteLength);
     const inB = bytesOf(input);
     const outB = bytesOf(output);
     const algorithm = options.algorithm ?? 'auto';
@@ -168,6 +169,7 @@ function* ringSegment(c: CollectiveCall, inB: Uint8Array, outB: Uint8Array, red:
  */
 export async function allreduce<T extends TypedArray>(g: Group, input: T, options: AllreduceOptions = {}): Promise<T> {
   const p = plan(g, input, options, `rank ${g.rank}: allreduce`);
+  if (CHECK_CALLS && (p.board || p.shared)) await driveAsync(p.c, agreement(p.c));
   if (p.board) {
     await p.board.board.exchangeAsync(p.board.inB, p.c.sig, p.c, p.board.fold);
   } else if (p.shared && (await sharedAllreduce(p.shared))) {
@@ -181,6 +183,7 @@ export async function allreduce<T extends TypedArray>(g: Group, input: T, option
 /** Blocking allreduce: busy-polls the calling thread (lowest latency, blocks the event loop). */
 export function allreduceSync<T extends TypedArray>(g: Group, input: T, options: AllreduceOptions = {}): T {
   const p = plan(g, input, options, `rank ${g.rank}: allreduceSync`);
+  if (CHECK_CALLS && (p.board || p.shared)) driveSync(p.c, agreement(p.c));
   if (p.board) {
     p.board.board.exchangeSync(p.board.inB, p.c.sig, p.c, p.board.fold);
   } else if (p.shared && sharedAllreduceSync(p.shared)) {

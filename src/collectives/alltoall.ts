@@ -40,7 +40,7 @@ function plan(g: Group, input: TypedArray, output: TypedArray, sendCounts: reado
       checkLength(where, 'output', output, input.length, 'as many elements as the input');
       sc = rc = new Array<number>(g.size).fill(input.length / g.size);
     }
-    const c = beginCall(g, sendCounts ? 'alltoallv' : 'alltoall', options, dtypeName(where, input));
+    const c = beginCall(g, sendCounts ? 'alltoallv' : 'alltoall', options, dtypeName(where, input), undefined, undefined, sendCounts ? 0 : input.byteLength);
     const e = input.BYTES_PER_ELEMENT;
     return { c, alg: exchange(c, bytesOf(input), bytesOf(output), offsets(sc).map((x) => x * e), offsets(rc).map((x) => x * e)) };
   } catch (err) {

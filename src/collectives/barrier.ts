@@ -3,7 +3,8 @@
  * empty call on the board: every rank publishes a sequence number and waits for everyone's,
  * one cache line per peer. Otherwise dissemination: ceil(log2 n) rounds of 0-byte messages.
  */
-import { beginCall, refused, runAsync, runSync, type Algorithm, type CollectiveOptions, type CollectiveCall, type Group } from './call.js';
+import { agreement, CHECK_CALLS } from './agreement.js';
+import { beginCall, driveAsync, driveSync, refused, runAsync, runSync, type Algorithm, type CollectiveOptions, type CollectiveCall, type Group } from './call.js';
 
 const EMPTY = new Uint8Array(0);
 
@@ -33,6 +34,7 @@ export async function barrier(g: Group, options: CollectiveOptions = {}): Promis
   const c = begin(g, options);
   const board = boardFor(g, options);
   if (!board) return runAsync(c, dissemination(c));
+  if (CHECK_CALLS) await driveAsync(c, agreement(c));
   await board.exchangeAsync(EMPTY, c.sig, c);
 }
 
@@ -40,5 +42,6 @@ export function barrierSync(g: Group, options: CollectiveOptions = {}): void {
   const c = begin(g, options);
   const board = boardFor(g, options);
   if (!board) return runSync(c, dissemination(c));
+  if (CHECK_CALLS) driveSync(c, agreement(c));
   board.exchangeSync(EMPTY, c.sig, c);
 }

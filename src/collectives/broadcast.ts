@@ -29,7 +29,7 @@ function plan(g: Group, data: TypedArray, options: RootOptions, where: string) {
   try {
     checkArray(where, 'data', data);
     const root = checkRoot(where, options.root, g.size);
-    const c = beginCall(g, 'broadcast', options, dtypeName(where, data), undefined, root);
+    const c = beginCall(g, 'broadcast', options, dtypeName(where, data), undefined, root, data.byteLength);
     return { c, alg: binomialBroadcast(c, bytesOf(data), root) };
   } catch (err) {
     throw refused(g, err);

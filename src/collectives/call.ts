@@ -12,6 +12,7 @@ import type { DType, ReduceOp } from '../reduce/index.js';
 import type { Device } from '../transport/device.js';
 import { RecvOp, SendOp, type ReduceSink, type TransportOp } from '../transport/ops.js';
 import { collectiveSlot, signature, type CollectiveName } from '../transport/signature.js';
+import { agreed, CHECK_CALLS } from './agreement.js';
 
 /** What collectives need from a connected group of ranks. */
 export interface Group {
@@ -43,13 +44,18 @@ export class CollectiveCall {
   /** This call's number among its slot's calls: every rank counts the same (transport H.CALL). */
   readonly call: number;
   readonly deadline: Deadline;
-  private readonly tag: number;
+  readonly tag: number;
   private held: Uint8Array[] | undefined;
   constructor(
     readonly group: Group,
     readonly collective: CollectiveName,
     readonly sig: number,
     options: CollectiveOptions,
+    /**
+     * What every rank's call must agree on besides the signature (a byte length, a hash of
+     * counts; 0: nothing), compared in the WEFT_CHECK=1 agreement round.
+     */
+    readonly shape = 0,
   ) {
     this.rank = group.rank;
     this.size = group.size;
@@ -58,7 +64,11 @@ export class CollectiveCall {
     if (!Number.isInteger(tag) || tag < 0 || tag > 0xffffffff) throw new WeftError('EINVAL', `rank ${this.rank}: ${collective}: tag must be an integer in [0, 2^32), got ${tag}`);
     this.slot = collectiveSlot(collective, tag);
     this.tag = tag;
-    this.deadline = new Deadline(options.timeoutMs, options.signal);
+    try {
+      this.deadline = new Deadline(options.timeoutMs, options.signal);
+    } catch (err) {
+      throw new WeftError('EINVAL', `${this.what}: ${(err as Error).message}`);
+    }
     if (this.device.failure || this.device.closed) this.device.checkUsable(`${collective} (tag ${tag})`);
     if (options.signal?.aborted) throw new WeftError('EABORTED', `${this.what}: the AbortSignal was aborted before the call started`, { cause: options.signal.reason });
     // Counted on every call, whatever its path (board or messages), so the ranks stay in step.
@@ -116,8 +126,15 @@ export interface Reduction {
   readonly elementBytes: number;
 }
 
-export function beginCall(group: Group, collective: CollectiveName, options: CollectiveOptions, dtype?: DType, op?: ReduceOp, root?: number): CollectiveCall {
-  return new CollectiveCall(group, collective, signature(collective, dtype, op, root), options);
+export function beginCall(group: Group, collective: CollectiveName, options: CollectiveOptions, dtype?: DType, op?: ReduceOp, root?: number, shape = 0): CollectiveCall {
+  return new CollectiveCall(group, collective, signature(collective, dtype, op, root), options, shape);
+}
+
+/** A u32 that differs when counts differ (FNV-1a): the shape of a v-collective. */
+export function countsShape(counts: readonly number[]): number {
+  let h = 0x811c9dc5;
+  for (const c of counts) h = Math.imul(h ^ c, 0x01000193) >>> 0;
+  return h;
 }
 
 function failed(c: CollectiveCall, err: unknown): WeftError {
@@ -139,6 +156,11 @@ export function refused(g: Group, err: unknown): unknown {
   return err;
 }
 
+/**
+ * Runs a message-based call: claims its slot (one call per collective and tag in flight),
+ * runs the algorithm (after the WEFT_CHECK=1 agreement round) by busy-polling, and aborts the
+ * job on any failure.
+ */
 export function runSync(c: CollectiveCall, alg: Algorithm): void {
   try {
     c.device.claimSlot(c.slot, c.what);
@@ -146,21 +168,41 @@ export function runSync(c: CollectiveCall, alg: Algorithm): void {
     throw failed(c, err);
   }
   try {
-    for (let r = alg.next(); !r.done; r = alg.next()) c.device.waitSync(r.value, c.deadline, c.what);
-  } catch (err) {
-    throw failed(c, err);
+    driveSync(c, CHECK_CALLS ? agreed(c, alg) : alg);
+    c.device.finishCall(c.slot, c.call);
   } finally {
     c.device.releaseSlot(c.slot);
-    c.releaseScratch();
   }
 }
 
+/** runSync for the Promise API: waits through the process's shared progress loop. */
 export async function runAsync(c: CollectiveCall, alg: Algorithm): Promise<void> {
   try {
     c.device.claimSlot(c.slot, c.what);
   } catch (err) {
     throw failed(c, err);
   }
+  try {
+    await driveAsync(c, CHECK_CALLS ? agreed(c, alg) : alg);
+    c.device.finishCall(c.slot, c.call);
+  } finally {
+    c.device.releaseSlot(c.slot);
+  }
+}
+
+/** Runs `alg`'s steps, waiting for each by busy-polling; any failure aborts the job. */
+export function driveSync(c: CollectiveCall, alg: Algorithm): void {
+  try {
+    for (let r = alg.next(); !r.done; r = alg.next()) c.device.waitSync(r.value, c.deadline, c.what);
+  } catch (err) {
+    throw failed(c, err);
+  } finally {
+    c.releaseScratch();
+  }
+}
+
+/** driveSync for the Promise API: a step already streaming in finishes without an event-loop hop. */
+export async function driveAsync(c: CollectiveCall, alg: Algorithm): Promise<void> {
   try {
     for (let r = alg.next(); !r.done; r = alg.next()) {
       if (c.device.pollFor(r.value, ASYNC_SPIN_MS)) continue;
@@ -169,7 +211,6 @@ export async function runAsync(c: CollectiveCall, alg: Algorithm): Promise<void>
   } catch (err) {
     throw failed(c, err);
   } finally {
-    c.device.releaseSlot(c.slot);
     c.releaseScratch();
   }
 }

@@ -1,7 +1,7 @@
 /** gather(v) and scatter: blocks between the root and every rank, exchanged directly. */
 import { WeftError } from '../errors.js';
 import { bytesOf, checkArray, checkCounts, checkLength, checkRoot, dtypeName, offsets, checkInOut, type TypedArray } from './checks.js';
-import { copy, beginCall, runAsync, runSync, type Algorithm, type CollectiveCall, type Group, refused } from './call.js';
+import { copy, beginCall, runAsync, runSync, type Algorithm, type CollectiveCall, type Group, refused, countsShape } from './call.js';
 import type { RootOptions } from './broadcast.js';
 import type { TransportOp } from '../transport/ops.js';
 
@@ -41,7 +41,7 @@ function planGather(g: Group, input: TypedArray, output: TypedArray | undefined,
       checkInOut(where, input, output);
       checkLength(where, 'output', output, cnt.reduce((a, b) => a + b, 0), counts ? 'the sum of counts' : `world size x input length = ${g.size} x ${input.length}`);
     }
-    const c = beginCall(g, name, options, dtypeName(where, input), undefined, root);
+    const c = beginCall(g, name, options, dtypeName(where, input), undefined, root, counts ? countsShape(counts) : input.byteLength);
     const off = offsets(cnt).map((e) => e * input.BYTES_PER_ELEMENT);
     return { c, alg: gatherAlg(c, bytesOf(input), output && g.rank === root ? bytesOf(output) : undefined, off, root) };
   } catch (err) {
@@ -90,7 +90,7 @@ function planScatter(g: Group, input: TypedArray | undefined, output: TypedArray
       checkInOut(where, input, output);
       checkLength(where, 'input', input, g.size * output.length, `world size x output length = ${g.size} x ${output.length}`);
     }
-    const c = beginCall(g, 'scatter', options, dtypeName(where, output), undefined, root);
+    const c = beginCall(g, 'scatter', options, dtypeName(where, output), undefined, root, output.byteLength);
     const esize = output.BYTES_PER_ELEMENT;
     const off = Array.from({ length: g.size + 1 }, (_, i) => i * output.length * esize);
     return { c, alg: scatterAlg(c, input && g.rank === root ? bytesOf(input) : undefined, bytesOf(output), off, root) };

@@ -26,7 +26,7 @@ function plan(g: Group, input: TypedArray, output: TypedArray, options: ReduceSc
     checkLength(where, 'output', output, counts[g.rank], options.counts ? `counts[${g.rank}]` : 'each rank keeps output.length elements');
     checkLength(where, 'input', input, counts.reduce((a, b) => a + b, 0), options.counts ? 'the sum of counts' : `world size x output length = ${g.size} x ${output.length}`);
     const red = reduction(where, input, options.op, options.float);
-    const c = beginCall(g, 'reduce_scatter', options, red.dtype, red.op);
+    const c = beginCall(g, 'reduce_scatter', options, red.dtype, red.op, undefined, input.byteLength);
     const off = offsets(counts).map((e) => e * red.elementBytes);
     return { c, alg: run(c, bytesOf(input), bytesOf(output), off, red) };
   } catch (err) {

@@ -39,7 +39,7 @@ function plan(g: Group, input: TypedArray, options: ReduceOptions, where: string
     checkInOut(where, input, output);
     checkLength(where, 'output', output, input.length, 'a reduce output has as many elements as its input');
     const red = reduction(where, input, options.op, options.float);
-    const c = beginCall(g, 'reduce', options, red.dtype, red.op, root);
+    const c = beginCall(g, 'reduce', options, red.dtype, red.op, root, input.byteLength);
     return { c, alg: binomialReduce(c, bytesOf(input), bytesOf(output), red, root), output };
   } catch (err) {
     throw refused(g, err);

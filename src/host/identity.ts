@@ -72,3 +72,14 @@ export function isPeerAlive(id: ProcessIdentity): boolean {
   if (!isSameHost(id)) return true;
   return native.processAlive(id.pid, id.startTime);
 }
+
+/**
+ * True when `id` runs on this host and is stopped (SIGSTOP, SIGTSTP, a debugger). A stopped
+ * rank looks alive to every liveness check; when a wait times out, naming it tells the user
+ * which rank all the others were waiting for.
+ */
+export function isPeerStopped(id: ProcessIdentity): boolean {
+  if (!isSameHost(id)) return false;
+  const s = native.processState(id.pid, id.startTime);
+  return s === 'T' || s === 't';
+}

@@ -103,6 +103,8 @@ export interface NativeBinding {
   futexWaitAsync(word: Int32Array, index: number, expected: number, timeoutMs: number): Promise<FutexResult>;
   processStartTime(pid: number): number;
   processAlive(pid: number, startTime?: number): boolean;
+  /** The state letter of /proc/<pid>/stat ('T': stopped), '' when gone or a recycled pid. */
+  processState(pid: number, startTime?: number): string;
   yieldThread(): void;
   /** Pins the calling thread to one CPU (sched_setaffinity); false if refused. */
   bindToCpu(cpu: number): boolean;

@@ -17,6 +17,7 @@
 import type { WaitOptions } from '../util/deadline.js';
 import type { Doorbell } from '../host/wait.js';
 import type { WeftError } from '../errors.js';
+import type { ProcessIdentity } from '../host/identity.js';
 
 /** Which provider a device runs on. */
 export type ProviderKind = 'shm' | 'ofi';
@@ -162,6 +163,8 @@ export interface QueuePair {
   readonly state: 'init' | 'ready' | 'error' | 'closed';
   /** The error that moved the QP to 'error'. */
   readonly error: WeftError | undefined;
+  /** Who the peer is (host, pid, start time), once connected: errors name a stopped peer. */
+  readonly peerIdentity: ProcessIdentity | undefined;
   /** Bytes a peer passes to its own QP's `connect`. */
   address(): Uint8Array;
   /** Connects to the peer QP whose `address()` bytes these are. */

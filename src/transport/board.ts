@@ -224,7 +224,8 @@ export class Board {
     if (deadline.signal?.aborted || deadline.remaining() <= 0) {
       const r = this.behind(this.waitWord, this.waitK);
       const why = deadline.signal?.aborted ? "aborted by the caller's AbortSignal" : `timed out after ${Math.round(deadline.timeoutMs)} ms`;
-      throw this.abort(new WeftError(deadline.signal?.aborted ? 'EABORTED' : 'ETIMEDOUT', `${call.what}: ${why} waiting for rank ${r} (intra-host board); is that rank alive and making the same call?`));
+      const stopped = this.device.stoppedText();
+      throw this.abort(new WeftError(deadline.signal?.aborted ? 'EABORTED' : 'ETIMEDOUT', `${call.what}: ${why} waiting for rank ${r} (intra-host board)${stopped || '; is that rank alive and making the same call?'}`));
     }
   };
 

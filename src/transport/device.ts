@@ -7,6 +7,7 @@
  */
 import { WeftError } from '../errors.js';
 import { spin } from '../host/wait.js';
+import { isPeerStopped } from '../host/identity.js';
 import type { Deadline } from '../util/deadline.js';
 import { Opcode, Status, statusName, type CompletionBatch, type Device as NicDevice, type MemoryRegion, type QueuePair } from '../nic/types.js';
 import type { CompletionRouter, CompletionSink } from '../nic/completion-router.js';
@@ -61,6 +62,8 @@ export class Device implements PairHost, CompletionSink {
   private readonly calls = new Map<number, number>();
   /** Slots with a message-based call in flight: a second one on the same slot would mix their messages. */
   private readonly busySlots = new Set<number>();
+  /** The last message-based call finished per slot (Pair checks arrivals against it). */
+  private readonly finished = new Map<number, number>();
   readonly nic: NicDevice;
   private readonly byQpn: (Pair | undefined)[] = [];
   /** Failed completions of the batch being dispatched: handled after its messages. */
@@ -131,6 +134,21 @@ export class Device implements PairHost, CompletionSink {
   probe(): void {
     this.nic.cq.ready();
     this.router.poll();
+  }
+
+  /**
+   * ' rank 3 (pid 123) is stopped (SIGSTOP or a debugger): ...' when a peer on this host is
+   * stopped, else ''. Appended to timeouts: in a ring every rank waits for its neighbour,
+   * and only this names the rank that all of them wait for.
+   */
+  stoppedText(): string {
+    const stopped: string[] = [];
+    for (const p of this.pairs) {
+      const id = p?.qp.peerIdentity;
+      if (p && id && isPeerStopped(id)) stopped.push(`rank ${p.peer} (pid ${id.pid})`);
+    }
+    if (stopped.length === 0) return '';
+    return `; ${stopped.join(' and ')} ${stopped.length > 1 ? 'are' : 'is'} stopped (SIGSTOP, Ctrl-Z or a debugger): every other rank waits for ${stopped.length > 1 ? 'them' : 'it'}; resume it with SIGCONT or end the job`;
   }
 
   /** The first peer whose pair failed (a dead rank, a broken connection), if any. */
@@ -232,6 +250,20 @@ export class Device implements PairHost, CompletionSink {
     this.busySlots.delete(slot);
   }
 
+  finishedCall(slot: number): number {
+    return this.finished.get(slot) ?? 0;
+  }
+
+  /**
+   * This rank finished call `call` of `slot`: a message of it still queued from some peer was
+   * never asked for, so the ranks disagree; that aborts the job (EINVAL) and throws it here.
+   */
+  finishCall(slot: number, call: number): void {
+    this.finished.set(slot, call);
+    for (const p of this.pairs) p?.checkStale(slot, call);
+    if (this.failure) throw this.failure;
+  }
+
   /** Throws the job's failure, if any, before an operation starts. */
   checkUsable(what: string): void {
     if (this.closed) throw new WeftError('ECLOSED', `${this.label}: ${what}: the context is closed`);
@@ -303,7 +335,8 @@ export class Device implements PairHost, CompletionSink {
     if (all) return true;
     if (deadline.signal?.aborted) return new WeftError('EABORTED', `${what}: aborted by the caller's AbortSignal while waiting for ${this.pendingText(ops)}`, { cause: deadline.signal.reason });
     if (deadline.remaining() <= 0) {
-      return new WeftError('ETIMEDOUT', `${what}: timed out after ${Math.round(deadline.timeoutMs)} ms waiting for ${this.pendingText(ops)}; is that rank alive and making the same call? Raise timeoutMs (or WEFT_TIMEOUT_MS) if it is just slow`);
+      const stopped = this.stoppedText();
+      return new WeftError('ETIMEDOUT', `${what}: timed out after ${Math.round(deadline.timeoutMs)} ms waiting for ${this.pendingText(ops)}${stopped || '; is that rank alive and making the same call? Raise timeoutMs (or WEFT_TIMEOUT_MS) if it is just slow'}`);
     }
     return false;
   }

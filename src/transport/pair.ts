@@ -37,6 +37,8 @@ export interface PairHost {
   peerAborted(peer: number, reason: string): void;
   /** Buffers for messages that arrive before their receive. */
   readonly pool: BytePool;
+  /** The last call of `slot` this rank has finished (0: none): a message for it is stale. */
+  finishedCall(slot: number): number;
   /** The registered region `view` lies in, if it does (arrays from `ctx.alloc`). */
   regionOf?(view: Uint8Array): MemoryRegion | undefined;
 }
@@ -319,6 +321,10 @@ export class Pair {
       cur = this.current = { op: this.match(slot, total, sig, call, bound), held: undefined, total, roffset };
       if (!cur.op) {
         if (this.error) return;
+        // A collective message for a call this rank has already finished was never asked for:
+        // the ranks disagree (every rank took itself for the root, say). Left queued, it would
+        // be taken for a later call's data.
+        if (call !== 0 && ((call - this.host.finishedCall(slot)) | 0) <= 0) return this.stale(slot, sig, call);
         const u: Unexpected = { slot, total, sig, call, roffset, bound, data: this.host.pool.take(total), got: 0 };
         let q = this.unexpected.get(slot);
         if (!q) this.unexpected.set(slot, (q = []));
@@ -419,6 +425,17 @@ export class Pair {
   private finish(op: RecvOp): void {
     if (op.persistent) op.messages++;
     else op.done = true;
+  }
+
+  /** After this rank finished call `call` of `slot`: a message of it still queued here is stale. */
+  checkStale(slot: number, call: number): void {
+    const q = this.unexpected.get(slot);
+    if (!q) return;
+    for (const u of q) if (u.call !== 0 && ((u.call - call) | 0) <= 0) return this.stale(slot, u.sig, u.call);
+  }
+
+  private stale(slot: number, sig: number, call: number): void {
+    this.host.abort(new WeftError('EINVAL', `${this.host.label}: rank ${this.peer} sent a message of ${describeSignature(sig)} call ${call} (of its kind and tag), a call this rank finished without receiving from it; the ranks disagree about that call (another root, or a call that failed or was skipped on some rank). Every rank must make the same collective calls in the same order, with the same root`));
   }
 
   // ------------------------------------------------------------------ errors

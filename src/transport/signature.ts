@@ -7,7 +7,7 @@
  */
 import { REDUCE_DTYPES, REDUCE_OPS, dtypeCode, opCode, type DType, type ReduceOp } from '../reduce/codes.js';
 
-export const COLLECTIVES = ['p2p', 'allreduce', 'reduce_scatter', 'allgather', 'allgatherv', 'broadcast', 'reduce', 'gather', 'gatherv', 'scatter', 'alltoall', 'alltoallv', 'barrier', 'bound'] as const;
+export const COLLECTIVES = ['p2p', 'allreduce', 'reduce_scatter', 'allgather', 'allgatherv', 'broadcast', 'reduce', 'gather', 'gatherv', 'scatter', 'alltoall', 'alltoallv', 'barrier', 'bound', 'check'] as const;
 export type CollectiveName = (typeof COLLECTIVES)[number];
 
 /** The dtype field of raw bytes (bound buffers), after every reduction dtype. */

@@ -107,6 +107,10 @@ export class OfiQueuePair extends QueuePairBase implements QueuePair {
   private readonly sq: PendingOp[] = [];
   private verifying: OfiRemoteRegion | undefined;
 
+  get peerIdentity(): ProcessIdentity | undefined {
+    return this.peer?.identity;
+  }
+
   constructor(
     private readonly host: QpHost,
     readonly qpn: number,

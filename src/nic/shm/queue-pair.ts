@@ -74,6 +74,10 @@ export class ShmQueuePair extends QueuePairBase implements QueuePair {
     super();
   }
 
+  get peerIdentity(): ProcessIdentity | undefined {
+    return this.peer?.identity;
+  }
+
   get pendingOps(): number {
     return this.sq.length;
   }
