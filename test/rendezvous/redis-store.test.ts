@@ -5,7 +5,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -13,6 +13,7 @@ import { Redis } from 'ioredis';
 import { WeftError } from '../../src/errors.js';
 import { RedisStore, redactUrl } from '../../src/rendezvous/stores/redis/store.js';
 import { PrefixStore } from '../../src/rendezvous/prefix-store.js';
+import { openStore } from '../../src/rendezvous/open.js';
 import { dec, enc, failure, freshPrefix, redisUrl, runChild } from './backends.js';
 
 
@@ -61,6 +62,72 @@ test('ACL user and db number from the URL', async () => {
   } finally {
     await admin.call('ACL', 'DELUSER', user).catch(() => {});
     admin.disconnect();
+  }
+});
+
+/** Runs `fn` with WEFT_STORE_PASSWORD(_FILE) set as given (undefined: unset), then restores them. */
+async function withPasswordEnv<T>(vars: { WEFT_STORE_PASSWORD?: string; WEFT_STORE_PASSWORD_FILE?: string }, fn: () => Promise<T>): Promise<T> {
+  const names = ['WEFT_STORE_PASSWORD', 'WEFT_STORE_PASSWORD_FILE'] as const;
+  const saved = names.map((n) => process.env[n]);
+  names.forEach((n) => (vars[n] === undefined ? delete process.env[n] : (process.env[n] = vars[n])));
+  try {
+    return await fn();
+  } finally {
+    names.forEach((n, i) => (saved[i] === undefined ? delete process.env[n] : (process.env[n] = saved[i])));
+  }
+}
+
+test('no password in the URL: it comes from WEFT_STORE_PASSWORD or WEFT_STORE_PASSWORD_FILE', async () => {
+  const password = decodeURIComponent(new URL(redisUrl()).password);
+  const bare = withAuth('', ''); // the URL without any credentials, as WEFT_STORE would hold it
+  const dir = mkdtempSync(path.join(tmpdir(), 'weft-redis-pw-'));
+  const admin = new Redis(redisUrl());
+  const user = `weft-env-${process.pid}`;
+  const prefix = freshPrefix('envpw');
+  try {
+    await withPasswordEnv({ WEFT_STORE_PASSWORD: password }, async () => {
+      const store = await RedisStore.connect(bare, { timeoutMs: 10_000 });
+      // A wait subscribes on a second connection: it authenticates with the same password.
+      const later = store.get(`${prefix}/late`, { timeoutMs: 10_000 });
+      await store.set(`${prefix}/late`, enc('from env'));
+      assert.is(dec(await later), 'from env');
+      await store.close();
+      // Through openStore, as a rank with WEFT_STORE=<bare URL> does.
+      const viaOpen = await openStore(`${bare}?prefix=${prefix}`, { timeoutMs: 10_000 });
+      assert.is(dec(await viaOpen.get('late')), 'from env');
+      await viaOpen.close();
+    });
+    const file = path.join(dir, 'password');
+    writeFileSync(file, `${password}\n`);
+    chmodSync(file, 0o600);
+    await withPasswordEnv({ WEFT_STORE_PASSWORD_FILE: file }, async () => {
+      const store = await RedisStore.connect(bare, { timeoutMs: 10_000 });
+      assert.is(dec(await store.get(`${prefix}/late`)), 'from env');
+      await store.close();
+    });
+    // An ACL user named in the URL, its password from the environment.
+    await admin.call('ACL', 'SETUSER', user, 'on', '>pw-from-env', '~*', '&*', '+@all');
+    await withPasswordEnv({ WEFT_STORE_PASSWORD: 'pw-from-env' }, async () => {
+      const store = await RedisStore.connect(withAuth(user, ''), { timeoutMs: 10_000 });
+      assert.is(await store.add(`${prefix}/n`, 2), 2);
+      await store.close();
+    });
+    // A password in the URL wins; a wrong one from the environment is a clear EINVAL, not echoed.
+    await withPasswordEnv({ WEFT_STORE_PASSWORD: 'wrong-env-password' }, async () => {
+      const store = await RedisStore.connect(redisUrl(), { timeoutMs: 10_000 });
+      await store.close();
+      const e = await failure(RedisStore.connect(bare, { timeoutMs: 10_000 }));
+      assert.is(e.code, 'EINVAL');
+      assert.match(e.message, /refused the credentials.*WEFT_STORE_PASSWORD/);
+      assert.not.match(e.message, /wrong-env-password/);
+    });
+    const unreadable = await withPasswordEnv({ WEFT_STORE_PASSWORD_FILE: path.join(dir, 'missing') }, () => failure(RedisStore.connect(bare)));
+    assert.match(unreadable.message, /cannot read WEFT_STORE_PASSWORD_FILE=/);
+  } finally {
+    await admin.call('ACL', 'DELUSER', user).catch(() => {});
+    await admin.del(`${prefix}/late`, `${prefix}/n`);
+    admin.disconnect();
+    rmSync(dir, { recursive: true, force: true });
   }
 });
 

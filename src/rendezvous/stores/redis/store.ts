@@ -10,6 +10,7 @@ import { newStats, type CloseOptions, type SetOptions, type Store, type StoreSta
 import { checkDelta, checkKey, checkKeys, checkValue } from '../shared/arguments.js';
 import { existsError } from '../shared/values.js';
 import { listKeys, waitForKeys, withDeadline } from '../shared/wait-for-keys.js';
+import { credentialFromEnv } from '../shared/secrets.js';
 
 export interface RedisStoreOptions extends WaitOptions {
   /**
@@ -22,7 +23,12 @@ export interface RedisStoreOptions extends WaitOptions {
   /** Safety-net poll of waits (only covers lost notifications): first delay and cap, ms (100, 200). */
   pollFirstMs?: number;
   pollMaxMs?: number;
-  /** Extra ioredis options (tls settings for rediss://, ...). */
+  /**
+   * Extra ioredis options (tls settings for rediss://, ...). When neither the URL nor
+   * `redis.password` has a password, it comes from the WEFT_STORE_PASSWORD environment
+   * variable, else from the file WEFT_STORE_PASSWORD_FILE names: keep passwords out of URLs
+   * that end up on command lines.
+   */
   redis?: RedisOptions;
 }
 
@@ -39,6 +45,29 @@ export function redactUrl(url: string): string {
   }
 }
 
+/**
+ * With no password in the URL or the options, the password from WEFT_STORE_PASSWORD(_FILE)
+ * goes into `redisOptions` (and a user name of the URL with it: ioredis lets the URL's
+ * credentials, even an empty password, win over the options). Returns the URL to connect to.
+ */
+function withEnvPassword(url: string, redisOptions: RedisOptions, shown: string): string {
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch {
+    return url; // ioredis reports it
+  }
+  if (u.password || redisOptions.password !== undefined) return url;
+  const c = credentialFromEnv('WEFT_STORE_PASSWORD', `RedisStore ${shown}`);
+  if (!c) return url;
+  redisOptions.password = c.value;
+  if (u.username) {
+    redisOptions.username ??= decodeURIComponent(u.username);
+    u.username = '';
+  }
+  return u.toString();
+}
+
 function isConnectionError(e: unknown): boolean {
   const err = e as Error;
   return err?.name === 'MaxRetriesPerRequestError' || err?.message === 'Connection is closed.';
@@ -53,7 +82,8 @@ function isConnectionError(e: unknown): boolean {
  * the operation and the key.
  *
  * @example
- * const redis = await RedisStore.connect('redis://weft:secret@10.0.0.5:6379/3');
+ * // the password from WEFT_STORE_PASSWORD (or the file WEFT_STORE_PASSWORD_FILE names)
+ * const redis = await RedisStore.connect('redis://weft@10.0.0.5:6379/3');
  * const store = new PrefixStore('job-42', redis);
  * await store.set('rank/0', addr, { once: true });
  * const peers = await store.multiGet(['rank/1', 'rank/2'], { timeoutMs: 60_000 });
@@ -90,7 +120,7 @@ export class RedisStore implements Store {
       autoResendUnfulfilledCommands: false,
       ...options.redis,
     };
-    this.client = new RedisClient(url, redisOptions);
+    this.client = new RedisClient(withEnvPassword(url, redisOptions, this.url), redisOptions);
     this.client.on('error', (e: Error) => (this.lastError = e));
     const db = (this.client.options.db ?? 0).toString();
     this.channelPrefix = `weft:${db}:`;
@@ -341,7 +371,7 @@ export class RedisStore implements Store {
 
   private redisError(what: string, err: Error): WeftError {
     const msg = err.message ?? String(err);
-    if (/^(WRONGPASS|NOAUTH)/.test(msg)) return new WeftError('EINVAL', `RedisStore ${this.url}: ${what}: Redis refused the credentials (${msg}); check the user and password in the URL (redis://user:password@host:port/db)`, { cause: err });
+    if (/^(WRONGPASS|NOAUTH)/.test(msg)) return new WeftError('EINVAL', `RedisStore ${this.url}: ${what}: Redis refused the credentials (${msg}); check the user and password in the URL (redis://user:password@host:port/db), or in WEFT_STORE_PASSWORD / WEFT_STORE_PASSWORD_FILE when the URL has none`, { cause: err });
     if (msg.startsWith('NOPERM')) return new WeftError('EINVAL', `RedisStore ${this.url}: ${what}: the Redis ACL user lacks a permission (${msg}); it needs +@read +@write +@scripting +@pubsub on the job's keys and channels`, { cause: err });
     if (/not an integer|overflow/.test(msg)) return new WeftError('EINVAL', `RedisStore ${this.url}: ${what}: the key holds a value that is not a counter (${msg})`, { cause: err });
     if (isConnectionError(err) && this.closed) return new WeftError('ECLOSED', `RedisStore ${this.url}: ${what}: the store was closed`, { cause: err });
