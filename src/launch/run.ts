@@ -5,6 +5,11 @@
  *
  * Several hosts: run `weft run -n N --nnodes K --node-rank R --store redis://…` on each of the
  * K hosts (R = 0..K-1); host R starts global ranks R*N .. R*N+N-1 of a world of K*N.
+ *
+ * Secrets travel in the environment, never on a command line: the TcpStore the launcher hosts
+ * gets a fresh random secret per job, passed to the ranks in WEFT_STORE_SECRET; a store given
+ * with `store` reaches the ranks in WEFT_STORE, its credentials in whatever the launcher's own
+ * environment holds (WEFT_STORE_SECRET(_FILE), WEFT_STORE_PASSWORD(_FILE)).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -20,7 +25,11 @@ export interface LaunchOptions {
   ranks: number;
   script: string;
   args: string[];
-  /** Store URL; default: a TcpStore hosted by the launcher on 127.0.0.1. */
+  /**
+   * Store URL; default: a TcpStore hosted by the launcher on 127.0.0.1, with a random
+   * per-job secret the ranks get in WEFT_STORE_SECRET. The ranks get the URL in WEFT_STORE
+   * (their environment, not their command line).
+   */
   store?: string;
   /** Job namespace in the store (default: a fresh random id). */
   prefix?: string;
@@ -49,8 +58,13 @@ export async function launch(o: LaunchOptions): Promise<number> {
   const out = o.out ?? process.stdout;
   const err = o.err ?? process.stderr;
   const color = o.color ?? (Boolean((out as NodeJS.WriteStream).isTTY) && !process.env.NO_COLOR);
-  const server = o.store ? undefined : await TcpStoreServer.listen({ host: '127.0.0.1', port: 0, log: (m) => err.write(`weft run: store: ${m}\n`) });
+  // The store we host authenticates its clients with a secret made for this job; the ranks
+  // get it in their environment (readable only by their user and root), never in argv.
+  const secret = o.store ? undefined : randomBytes(32).toString('hex');
+  const server = o.store ? undefined : await TcpStoreServer.listen({ host: '127.0.0.1', port: 0, secret, log: (m) => err.write(`weft run: store: ${m}\n`) });
   const store = o.store ?? server!.url;
+  const storeEnv: NodeJS.ProcessEnv = { WEFT_STORE: store };
+  if (secret) storeEnv.WEFT_STORE_SECRET = secret;
   const prefix = o.prefix ?? `job-${Date.now().toString(36)}-${randomBytes(3).toString('hex')}`;
   const world = nnodes * o.ranks;
   const command = scriptCommand(o.script);
@@ -83,17 +97,19 @@ export async function launch(o: LaunchOptions): Promise<number> {
       const rank = nodeRank * o.ranks + local;
       const env: NodeJS.ProcessEnv = {
         ...process.env,
+        ...storeEnv,
         WEFT_RANK: String(rank),
         WEFT_WORLD_SIZE: String(world),
         WEFT_LOCAL_RANK: String(local),
         WEFT_LOCAL_WORLD_SIZE: String(o.ranks),
-        WEFT_STORE: store,
         WEFT_PREFIX: prefix,
         WEFT_LAUNCHER_PID: String(process.pid),
         WEFT_LAUNCHER_START: String(native.processStartTime(process.pid)),
         ...(o.provider ? { WEFT_PROVIDER: o.provider } : {}),
         ...(color ? { FORCE_COLOR: process.env.FORCE_COLOR ?? '1' } : {}),
       };
+      // Our secret wins over one the launcher inherited, also one in a file.
+      if (secret) delete env.WEFT_STORE_SECRET_FILE;
       const child = spawn(command[0], [...command.slice(1), ...o.args], { env, stdio: ['inherit', 'pipe', 'pipe'] });
       children.push(child);
       const tag = color ? `\x1b[${COLORS[rank % COLORS.length]}m[rank ${rank}]\x1b[0m ` : `[rank ${rank}] `;

@@ -14,9 +14,16 @@
  * passes `tcp://<its host>:<port>` to every rank), otherwise rank 0, with
  * `openStore(url, { serve: true })`: rank 0 listens on the URL's port and connects to itself;
  * the other ranks just connect (retrying until rank 0 listens, within the timeout).
+ *
+ * Credentials never go in a URL (URLs end up on command lines, which every local user can
+ * read): a TcpStore's secret comes from WEFT_STORE_SECRET or WEFT_STORE_SECRET_FILE (or
+ * `tcp.secret`), a Redis password from WEFT_STORE_PASSWORD or WEFT_STORE_PASSWORD_FILE when
+ * the URL has none. A rank 0 that serves without any secret (torchrun-style MASTER_ADDR/PORT
+ * with WEFT_STORE_SECRET unset) serves an open store and says so with a process warning.
  */
 import { fileURLToPath } from 'node:url';
 import { WeftError } from '../errors.js';
+import { credentialFromEnv } from './stores/shared/secrets.js';
 import type { WaitOptions } from '../util/deadline.js';
 import { FileStore, type FileStoreOptions } from './stores/file/store.js';
 import { PrefixStore } from './prefix-store.js';
@@ -42,7 +49,8 @@ export interface OpenStoreOptions extends WaitOptions {
  * @example
  * // rank 0                                            // every other rank
  * const s = await openStore('tcp://node0:29500', { serve: rank === 0 });
- * const job = await openStore('redis://:secret@redis:6379/0?prefix=job-42');
+ * // the password from WEFT_STORE_PASSWORD(_FILE), not the URL:
+ * const job = await openStore('redis://redis:6379/0?prefix=job-42');
  */
 export async function openStore(url: string | undefined = process.env.WEFT_STORE, options: OpenStoreOptions = {}): Promise<Store> {
   if (!url) throw new WeftError('EINVAL', 'openStore: no store URL given and WEFT_STORE is not set; pass tcp://host:port, redis://host:port or file:///dir');
@@ -78,9 +86,15 @@ export async function openStore(url: string | undefined = process.env.WEFT_STORE
 async function openTcp(url: string, options: OpenStoreOptions, wait: WaitOptions): Promise<Store> {
   if (!options.serve) return TcpStore.connect(url, { ...options.tcp, ...wait });
   const { host, port } = parseTcpUrl(url, true);
-  const server = await TcpStoreServer.listen({ host: options.listenHost ?? host, port });
+  // The other ranks cannot learn a secret we make up: use the job's (option or environment),
+  // or serve openly, and say so.
+  const secret = options.tcp?.secret !== undefined ? options.tcp.secret : (credentialFromEnv('WEFT_STORE_SECRET', 'openStore')?.value ?? null);
+  const server = await TcpStoreServer.listen({ host: options.listenHost ?? host, port, secret });
+  if (secret === null) {
+    process.emitWarning(`weft: this process hosts the TcpStore at ${server.url} without a secret: any process that reaches the port can read, change and delete the job's keys. Set WEFT_STORE_SECRET (the same random value, e.g. from \`openssl rand -hex 32\`) in every rank's environment.`, { code: 'WEFT_STORE_WITHOUT_SECRET' });
+  }
   try {
-    return await TcpStore.connect(server.url, { ...options.tcp, ...wait, server });
+    return await TcpStore.connect(server.url, { ...options.tcp, ...wait, server, secret });
   } catch (err) {
     await server.close();
     throw err;

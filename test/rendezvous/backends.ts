@@ -1,13 +1,15 @@
 /**
  * The three store backends the rendezvous tests run against: the runner's real
  * redis-server (WEFT_TEST_REDIS_URL, password-protected), a temp directory, and a
- * TcpStoreServer started in the test process. Each test opens its stores under a fresh
- * prefix, through openStore, as a rank would.
+ * TcpStoreServer started in the test process, with a secret that this process and its
+ * children get in WEFT_STORE_SECRET, as `weft run` gives its ranks. Each test opens its
+ * stores under a fresh prefix, through openStore, as a rank would.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fork } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { openStore, type OpenStoreOptions } from '../../src/rendezvous/open.js';
 import { TcpStoreServer } from '../../src/rendezvous/stores/tcp/server.js';
@@ -66,7 +68,9 @@ function backend(name: Backend['name'], url: string, close: () => Promise<void>)
 
 export async function startBackends(): Promise<Backend[]> {
   const dir = mkdtempSync(path.join(tmpdir(), 'weft-filestore-'));
-  const server = await TcpStoreServer.listen({ log: () => {} });
+  const server = await TcpStoreServer.listen({ log: () => {}, secret: randomBytes(32).toString('hex') });
+  process.env.WEFT_STORE_SECRET = server.secret as string;
+  delete process.env.WEFT_STORE_SECRET_FILE;
   return [
     backend('redis', redisUrl(), async () => {}),
     backend('file', pathToFileURL(dir).toString(), async () => rmSync(dir, { recursive: true, force: true })),

@@ -11,6 +11,7 @@ import { rankFromEnv } from '../../src/rendezvous/env.js';
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 const WEFT = path.join(root, 'bin', 'weft.js');
 const RANK = path.join(root, 'test', 'rendezvous', 'workers', 'mesh-rank.mjs');
+const SECRET_RANK = path.join(root, 'test', 'rendezvous', 'workers', 'secret-rank.mjs');
 
 interface Run {
   code: number | null;
@@ -19,10 +20,10 @@ interface Run {
   ms: number;
 }
 
-function weftRun(args: string[], opts: { killAfterMs?: number; signal?: NodeJS.Signals } = {}): Promise<Run> {
+function weftRun(args: string[], opts: { killAfterMs?: number; signal?: NodeJS.Signals; env?: NodeJS.ProcessEnv } = {}): Promise<Run> {
   return new Promise((resolve) => {
     const t0 = performance.now();
-    const child = spawn(process.execPath, [WEFT, 'run', ...args], { env: { ...process.env, NO_COLOR: '1' }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [WEFT, 'run', ...args], { env: { ...process.env, NO_COLOR: '1', ...opts.env }, stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     let err = '';
     child.stdout.on('data', (d) => (out += d));
@@ -52,6 +53,13 @@ function checkMesh(r: Run, n: number): void {
 
 test('8 ranks connect a full mesh over the launcher-hosted TcpStore', async () => {
   checkMesh(await weftRun(['-n', '8', RANK]), 8);
+});
+
+test('the launcher-hosted TcpStore: a per-job secret in the ranks\' environment, not their command line; no secret, no entry', async () => {
+  // A secret the launcher inherited (in a variable or a file) must not replace the job's own.
+  const r = await weftRun(['-n', '2', SECRET_RANK], { env: { WEFT_STORE_SECRET: 'inherited', WEFT_STORE_SECRET_FILE: '/nonexistent' } });
+  assert.is(r.code, 0, r.err);
+  for (const rank of [0, 1]) assert.ok(r.out.includes(`[rank ${rank}] ok rank ${rank} store secret`), r.out + r.err);
 });
 
 test('8 ranks connect over Redis (with a password) and leave no keys behind', async () => {
@@ -114,9 +122,10 @@ test('rank settings from each launcher style', () => {
   assert.throws(() => rankFromEnv({ WEFT_RANK: '0', WEFT_WORLD_SIZE: '4' }), /WEFT_STORE/);
 });
 
-test('torchrun-style environment: rank 0 hosts the TcpStore on MASTER_PORT', async () => {
+test('torchrun-style environment: rank 0 hosts the TcpStore on MASTER_PORT, with WEFT_STORE_SECRET', async () => {
   const port = 20000 + (process.pid % 20000);
-  const env = (rank: number) => ({ ...process.env, RANK: String(rank), WORLD_SIZE: '3', MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(port), WEFT_PREFIX: `torch${process.pid}` });
+  const secret = `torch-secret-${process.pid}`;
+  const env = (rank: number) => ({ ...process.env, RANK: String(rank), WORLD_SIZE: '3', MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(port), WEFT_PREFIX: `torch${process.pid}`, WEFT_STORE_SECRET: secret });
   const runs = [0, 1, 2].map(
     (rank) =>
       new Promise<string>((resolve) => {

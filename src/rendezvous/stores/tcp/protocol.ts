@@ -8,7 +8,8 @@
  *
  * | opcode | request     | request fields                         | OK response fields        |
  * |--------|-------------|----------------------------------------|---------------------------|
- * | 0x00   | HELLO       | u32 magic 'WFTS', u16 version          | -                         |
+ * | 0x00   | HELLO       | u32 magic 'WFTS', u16 version, bytes client nonce (32) | u8 flags (bit 0: auth required), bytes server nonce (32), bytes server proof (32, or 0 without auth) |
+ * | 0x0b   | AUTH        | bytes client proof (32)                | - (or DENIED)             |
  * | 0x01   | SET         | u8 flags (bit 0: once), str key, bytes | -                         |
  * | 0x02   | GET         | u32 timeoutMs, str key                 | bytes                     |
  * | 0x03   | WAIT        | u32 timeoutMs, u32 n, n x str key      | -                         |
@@ -26,10 +27,23 @@
  * | 0x01   | EXISTS   | u32 index of the write-once key in the request, bytes existing value |
  * | 0x02   | TIMEOUT  | u32 n, n x u32 index of a key still missing                          |
  * | 0x03   | ERROR    | str message (e.g. add on a value that is not a counter)              |
+ * | 0x04   | DENIED   | str message: the AUTH proof was wrong; the server then closes        |
+ *
+ * Handshake (mutual challenge-response on a shared secret; the secret never crosses the
+ * wire): the client sends HELLO with a fresh random nonce Nc; the server answers with its own
+ * fresh nonce Ns and, when it has a secret, the proof HMAC-SHA256(secret, "weft-store server"
+ * | Nc | Ns); the client checks it (so it talks to a server that knows the secret, not to
+ * whoever took the port) and sends AUTH with HMAC-SHA256(secret, "weft-store client" | Ns | Nc).
+ * Every connection has a new Ns, so a recorded AUTH is worthless on another connection; the
+ * two labels keep one side's proof from serving as the other's. Until AUTH passes the server
+ * accepts no other frame (any other frame closes the connection, no key is read or written);
+ * a wrong proof gets DENIED and the connection is closed. A server without a secret answers
+ * HELLO with flags 0 and an empty proof, and takes requests at once.
  */
+import { createHmac, createSecretKey, timingSafeEqual, type KeyObject } from 'node:crypto';
 
 export const MAGIC = 0x53544657; // 'WFTS'
-export const VERSION = 1;
+export const VERSION = 2;
 /** Frames above this size are refused (a corrupt length must not make us allocate gigabytes). */
 export const DEFAULT_MAX_FRAME = 64 * 1024 * 1024;
 
@@ -45,12 +59,36 @@ export const Op = {
   CAS: 0x08,
   PURGE: 0x09,
   CANCEL: 0x0a,
+  AUTH: 0x0b,
 } as const;
 export type OpCode = (typeof Op)[keyof typeof Op];
 
-export const Status = { OK: 0x00, EXISTS: 0x01, TIMEOUT: 0x02, ERROR: 0x03 } as const;
+export const Status = { OK: 0x00, EXISTS: 0x01, TIMEOUT: 0x02, ERROR: 0x03, DENIED: 0x04 } as const;
 
 export const FLAG_ONCE = 1;
+/** HELLO answer flag: the server has a secret; the client must prove it knows it (AUTH). */
+export const FLAG_AUTH = 1;
+/** Bytes of each side's handshake nonce and of an HMAC-SHA256 proof. */
+export const NONCE_BYTES = 32;
+export const PROOF_BYTES = 32;
+
+/** The HMAC key of a shared secret (a KeyObject: printing it never shows the secret). */
+export function secretKey(secret: string): KeyObject {
+  return createSecretKey(Buffer.from(secret, 'utf8'));
+}
+
+/**
+ * One side's handshake proof: HMAC-SHA256(key, "weft-store <role>" | own-side-first nonce |
+ * other nonce). The server proves over (Nc, Ns), the client over (Ns, Nc).
+ */
+export function handshakeProof(key: KeyObject, role: 'server' | 'client', first: Uint8Array, second: Uint8Array): Buffer {
+  return createHmac('sha256', key).update(`weft-store ${role}\0`).update(first).update(second).digest();
+}
+
+/** Constant-time comparison of a received proof with the expected one. */
+export function proofMatches(received: Uint8Array, expected: Buffer): boolean {
+  return received.byteLength === expected.length && timingSafeEqual(received, expected);
+}
 
 /** Malformed bytes from the other side. */
 export class ProtocolError extends Error {}

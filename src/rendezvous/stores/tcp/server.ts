@@ -2,11 +2,13 @@
  * TcpStoreServer: the embedded store server behind TcpStore, the zero-setup default. Rank 0
  * (or the launcher) hosts it; every rank, rank 0 included, talks to it with TcpStore.
  */
+import { randomBytes, type KeyObject } from 'node:crypto';
 import { createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 import { WeftError } from '../../../errors.js';
 import { encodeCounter, sameBytes } from '../shared/values.js';
+import { credentialFromEnv } from '../shared/secrets.js';
 import { newStats, type StoreStats } from '../../store.js';
-import { DEFAULT_MAX_FRAME, FLAG_ONCE, FrameReader, FrameSplitter, FrameWriter, MAGIC, Op, ProtocolError, Status, VERSION } from './protocol.js';
+import { DEFAULT_MAX_FRAME, FLAG_AUTH, FLAG_ONCE, FrameReader, FrameSplitter, FrameWriter, handshakeProof, MAGIC, NONCE_BYTES, Op, proofMatches, ProtocolError, secretKey, Status, VERSION } from './protocol.js';
 
 export interface TcpStoreServerOptions {
   /** Interface to listen on (default 127.0.0.1; use 0.0.0.0 or the host's address for multi-host jobs). */
@@ -17,6 +19,17 @@ export interface TcpStoreServerOptions {
   maxFrameBytes?: number;
   /** Where connection errors are reported (default console.error). */
   log?: (message: string) => void;
+  /**
+   * The shared secret every client must prove it knows (challenge-response at connection
+   * start, see protocol.ts; the secret never crosses the wire). Default: the
+   * WEFT_STORE_SECRET environment variable, else the file WEFT_STORE_SECRET_FILE names, else
+   * a fresh random secret (read it from `server.secret` and hand it to the clients, e.g. in
+   * their WEFT_STORE_SECRET). `null` serves without authentication: then any process that
+   * reaches the port can read, change and delete every key.
+   */
+  secret?: string | null;
+  /** A connection that has not completed the handshake within this many ms is closed (default 30 000). */
+  handshakeTimeoutMs?: number;
 }
 
 /** A held GET/WAIT/MGET: answered when its last missing key appears or its timer fires. */
@@ -33,19 +46,26 @@ interface Conn {
   socket: Socket;
   label: string;
   waiters: Map<number, Waiter>;
-  greeted: boolean;
+  /** hello: expects HELLO; auth: challenge sent, expects AUTH; ready: serves requests; closing: denied, ignores everything. */
+  stage: 'hello' | 'auth' | 'ready' | 'closing';
+  /** The client's and our nonce, while stage is 'auth'. */
+  nonces?: { client: Uint8Array; server: Buffer };
+  /** Closes the connection if the handshake does not complete in time. */
+  handshakeTimer?: NodeJS.Timeout;
 }
 
 /**
  * Serves the TcpStore protocol (see protocol.ts) from memory. Waits are held on the
- * server and answered when the keys exist, so clients never poll. A client sending
- * malformed bytes loses its connection (logged); the server keeps serving the others.
+ * server and answered when the keys exist, so clients never poll. Clients authenticate with
+ * the server's secret before anything else; a client with a wrong proof, or sending
+ * malformed bytes, loses its connection (logged) without touching a key; the server keeps
+ * serving the others.
  *
  * @example
- * // rank 0 (or the launcher):
+ * // rank 0 (or the launcher): the secret from WEFT_STORE_SECRET, else a random one
  * const server = await TcpStoreServer.listen({ host: '0.0.0.0', port: 29500 });
- * // every rank: WEFT_STORE=tcp://<rank-0 host>:29500
- * const store = await TcpStore.connect(server.url);
+ * // every rank: WEFT_STORE=tcp://<rank-0 host>:29500 and WEFT_STORE_SECRET=<server.secret>
+ * const store = await TcpStore.connect(server.url); // or { secret: server.secret } in-process
  */
 export class TcpStoreServer {
   /** Requests served. */
@@ -54,23 +74,41 @@ export class TcpStoreServer {
   private readonly waiting = new Map<string, Set<Waiter>>();
   private readonly conns = new Set<Conn>();
   private readonly log: (message: string) => void;
+  private readonly handshakeTimeoutMs: number;
+  // Private fields (#): util.inspect / console.log of the server never show the secret.
+  readonly #secret: string | null;
+  readonly #key: KeyObject | undefined;
   private closed = false;
 
   private constructor(
     private readonly server: Server,
     private readonly maxFrame: number,
-    log: ((message: string) => void) | undefined,
+    options: TcpStoreServerOptions,
+    secret: string | null,
   ) {
-    this.log = log ?? ((m) => console.error(m));
+    this.log = options.log ?? ((m) => console.error(m));
+    this.handshakeTimeoutMs = options.handshakeTimeoutMs ?? 30_000;
+    this.#secret = secret;
+    this.#key = secret === null ? undefined : secretKey(secret);
     server.on('connection', (s) => this.accept(s));
   }
 
-  /** Starts listening; resolves once bound. */
-  static listen(options: TcpStoreServerOptions = {}): Promise<TcpStoreServer> {
+  /**
+   * Starts listening; resolves once bound. Throws EINVAL for an empty secret, or when
+   * WEFT_STORE_SECRET_FILE cannot be read.
+   */
+  static async listen(options: TcpStoreServerOptions = {}): Promise<TcpStoreServer> {
     const host = options.host ?? '127.0.0.1';
     const port = options.port ?? 0;
+    let secret: string | null;
+    if (options.secret === undefined) secret = credentialFromEnv('WEFT_STORE_SECRET', 'TcpStoreServer')?.value ?? randomBytes(32).toString('hex');
+    else if (options.secret === null) secret = null;
+    else if (typeof options.secret !== 'string' || !options.secret) throw new WeftError('EINVAL', 'TcpStoreServer: secret must be a non-empty string (or null to serve without authentication)');
+    else secret = options.secret;
+    const handshake = options.handshakeTimeoutMs;
+    if (handshake !== undefined && !(typeof handshake === 'number' && handshake > 0)) throw new WeftError('EINVAL', `TcpStoreServer: handshakeTimeoutMs must be a positive number, got ${String(handshake)}`);
     const server = createServer({ noDelay: true });
-    const store = new TcpStoreServer(server, options.maxFrameBytes ?? DEFAULT_MAX_FRAME, options.log);
+    const store = new TcpStoreServer(server, options.maxFrameBytes ?? DEFAULT_MAX_FRAME, options, secret);
     return new Promise((resolve, reject) => {
       server.once('error', (e) => reject(new WeftError('EINVAL', `TcpStoreServer: cannot listen on ${host}:${port} (${e.message}); pick another port or 0 for any`, { cause: e })));
       server.listen(port, host, () => (store.bound(), resolve(store)));
@@ -81,6 +119,14 @@ export class TcpStoreServer {
   address = { host: '', port: 0 };
   /** `tcp://host:port` for TcpStore.connect / openStore (a wildcard host is reported as loopback). */
   url = '';
+
+  /**
+   * The secret clients must prove they know (hand it to them through their environment,
+   * WEFT_STORE_SECRET, never a command line), or null when the server runs without one.
+   */
+  get secret(): string | null {
+    return this.#secret;
+  }
 
   private bound(): void {
     const a = this.server.address() as AddressInfo;
@@ -98,12 +144,20 @@ export class TcpStoreServer {
   }
 
   private accept(socket: Socket): void {
-    const conn: Conn = { socket, label: `${socket.remoteAddress}:${socket.remotePort}`, waiters: new Map(), greeted: false };
+    const conn: Conn = { socket, label: `${socket.remoteAddress}:${socket.remotePort}`, waiters: new Map(), stage: 'hello' };
     this.conns.add(conn);
+    conn.handshakeTimer = setTimeout(() => {
+      // (A denied client was logged already; this only cuts it off if it never closed its side.)
+      if (conn.stage !== 'closing') this.log(`weft TcpStoreServer ${this.url}: closing the connection from ${conn.label}: no completed handshake within ${this.handshakeTimeoutMs} ms`);
+      socket.destroy();
+    }, this.handshakeTimeoutMs);
     const splitter = new FrameSplitter(this.maxFrame);
     socket.on('data', (chunk: Buffer) => {
       try {
-        for (const frame of splitter.push(chunk)) this.handle(conn, new FrameReader(frame));
+        for (const frame of splitter.push(chunk)) {
+          if (conn.stage === 'closing') break;
+          this.handle(conn, new FrameReader(frame));
+        }
       } catch (err) {
         const why = err instanceof ProtocolError ? `malformed frame: ${err.message}` : `internal error: ${(err as Error).stack ?? err}`;
         this.log(`weft TcpStoreServer ${this.url}: closing the connection from ${conn.label}: ${why}`);
@@ -112,6 +166,7 @@ export class TcpStoreServer {
     });
     socket.on('error', () => {}); // a reset by the peer: 'close' follows
     socket.on('close', () => {
+      clearTimeout(conn.handshakeTimer);
       this.conns.delete(conn);
       for (const w of conn.waiters.values()) this.dropWaiter(w);
     });
@@ -121,15 +176,7 @@ export class TcpStoreServer {
     const { code, id } = r;
     this.stats.commands++;
     this.stats.roundTrips++;
-    if (!conn.greeted) {
-      if (code !== Op.HELLO) throw new ProtocolError(`the first frame must be HELLO, got opcode ${code}`);
-      const magic = r.u32();
-      const version = r.u16();
-      r.end();
-      if (magic !== MAGIC || version !== VERSION) throw new ProtocolError(`bad HELLO (magic 0x${magic.toString(16)}, version ${version}): not a weft ${VERSION} client`);
-      conn.greeted = true;
-      return this.reply(conn, new FrameWriter(Status.OK, id));
-    }
+    if (conn.stage !== 'ready') return this.handshake(conn, r);
     switch (code) {
       case Op.SET: {
         const flags = r.u8();
@@ -199,6 +246,53 @@ export class TcpStoreServer {
       default:
         throw new ProtocolError(`unknown opcode 0x${code.toString(16)}`);
     }
+  }
+
+  /**
+   * HELLO, then (with a secret) AUTH; until it passes, any other frame is a ProtocolError
+   * (the connection closes) and no key is read or written.
+   */
+  private handshake(conn: Conn, r: FrameReader): void {
+    const { code, id } = r;
+    if (conn.stage === 'hello') {
+      if (code !== Op.HELLO) throw new ProtocolError(`the first frame must be HELLO, got opcode ${code}`);
+      const magic = r.u32();
+      const version = r.u16();
+      if (magic !== MAGIC || version !== VERSION) throw new ProtocolError(`bad HELLO (magic 0x${magic.toString(16)}, version ${version}): not a weft store client of protocol version ${VERSION}`);
+      const client = r.bytes();
+      r.end();
+      if (client.byteLength !== NONCE_BYTES) throw new ProtocolError(`HELLO nonce of ${client.byteLength} bytes, expected ${NONCE_BYTES}`);
+      const server = randomBytes(NONCE_BYTES);
+      const answer = new FrameWriter(Status.OK, id);
+      if (!this.#key) {
+        this.ready(conn);
+        return this.reply(conn, answer.u8(0).bytes(server).bytes(new Uint8Array(0)));
+      }
+      conn.stage = 'auth';
+      conn.nonces = { client, server };
+      return this.reply(conn, answer.u8(FLAG_AUTH).bytes(server).bytes(handshakeProof(this.#key, 'server', client, server)));
+    }
+    // stage 'auth'
+    if (code !== Op.AUTH) throw new ProtocolError(`expected AUTH after the HELLO challenge, got opcode ${code}`);
+    const proof = r.bytes();
+    r.end();
+    const { client, server } = conn.nonces as { client: Uint8Array; server: Buffer };
+    conn.nonces = undefined;
+    if (proofMatches(proof, handshakeProof(this.#key as KeyObject, 'client', server, client))) {
+      this.ready(conn);
+      return this.reply(conn, new FrameWriter(Status.OK, id));
+    }
+    // Wrong secret (or a proof replayed from another connection): say so, then hang up.
+    conn.stage = 'closing';
+    this.log(`weft TcpStoreServer ${this.url}: closing the connection from ${conn.label}: authentication failed (the client does not know the store's secret)`);
+    const denied = new FrameWriter(Status.DENIED, id).str('authentication failed: the client does not know the secret this store server was started with').finish();
+    conn.socket.end(denied);
+  }
+
+  private ready(conn: Conn): void {
+    conn.stage = 'ready';
+    clearTimeout(conn.handshakeTimer);
+    conn.handshakeTimer = undefined;
   }
 
   /** Write-once is all or none: a conflict on any key writes nothing. */

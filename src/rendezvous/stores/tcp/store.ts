@@ -1,6 +1,7 @@
 /**
  * TcpStore: the client of TcpStoreServer (binary protocol in protocol.ts).
  */
+import { randomBytes, type KeyObject } from 'node:crypto';
 import { connect as netConnect, type Socket } from 'node:net';
 import { WeftError } from '../../../errors.js';
 import { Deadline, defaultTimeoutMs, type WaitOptions } from '../../../util/deadline.js';
@@ -8,7 +9,8 @@ import { newStats, type CloseOptions, type SetOptions, type Store, type StoreSta
 import { checkDelta, checkKey, checkKeys, checkValue } from '../shared/arguments.js';
 import { existsError } from '../shared/values.js';
 import { listKeys, sleep, waitError } from '../shared/wait-for-keys.js';
-import { DEFAULT_MAX_FRAME, FLAG_ONCE, FrameReader, FrameSplitter, FrameWriter, MAGIC, Op, ProtocolError, Status, VERSION } from './protocol.js';
+import { credentialFromEnv } from '../shared/secrets.js';
+import { DEFAULT_MAX_FRAME, FLAG_AUTH, FLAG_ONCE, FrameReader, FrameSplitter, FrameWriter, handshakeProof, MAGIC, NONCE_BYTES, Op, proofMatches, ProtocolError, secretKey, Status, VERSION } from './protocol.js';
 
 export interface TcpStoreOptions extends WaitOptions {
   /** Bound of operations that take no WaitOptions (set, add, ...); default WEFT_TIMEOUT_MS or 30 s. */
@@ -17,6 +19,14 @@ export interface TcpStoreOptions extends WaitOptions {
   maxFrameBytes?: number;
   /** A server this process hosts (rank 0): closed together with this client. */
   server?: { close(): Promise<void> };
+  /**
+   * The store server's shared secret, proven at connection start (challenge-response; the
+   * secret never crosses the wire, see protocol.ts). Default: the WEFT_STORE_SECRET
+   * environment variable, else the file WEFT_STORE_SECRET_FILE names (`weft run` sets
+   * WEFT_STORE_SECRET for its ranks). `null`: connect without one, to a server that runs
+   * without a secret. Never put it in the URL.
+   */
+  secret?: string | null;
 }
 
 interface Pending {
@@ -37,6 +47,9 @@ export function parseTcpUrl(url: string, anyPort = false): { host: string; port:
     throw new WeftError('EINVAL', `TcpStore: '${url}' is not a URL; expected tcp://host:port`);
   }
   const port = u.port === '' ? NaN : Number(u.port);
+  if (u.username || u.password) {
+    throw new WeftError('EINVAL', `TcpStore: '${url.replace(/\/\/[^@/]*@/, '//')}' carries a user or password; a TcpStore takes its secret from WEFT_STORE_SECRET or WEFT_STORE_SECRET_FILE (or the secret option), never from the URL, which ends up on command lines where every local user can read it`);
+  }
   if (u.protocol !== 'tcp:' || !u.hostname || !Number.isInteger(port) || (port === 0 && !anyPort)) throw new WeftError('EINVAL', `TcpStore: expected tcp://host:port, got '${url}'`);
   return { host: u.hostname.replace(/^\[(.*)\]$/, '$1'), port };
 }
@@ -46,6 +59,8 @@ export function parseTcpUrl(url: string, anyPort = false): { host: string; port:
  * one frame and one round trip (multiGet of n keys too), and waits are held by the server,
  * so nothing polls. If the connection drops, pending calls fail naming the address and the
  * next call reconnects (within its timeout); the server keeps its data only while it lives.
+ * Each connection starts with a mutual challenge-response on the server's secret: a client
+ * without it, or with another, fails at once with EINVAL naming the address and the fix.
  *
  * @example
  * const store = await TcpStore.connect('tcp://10.0.0.1:29500', { timeoutMs: 60_000 });
@@ -66,6 +81,10 @@ export class TcpStore implements Store {
   private nextId = 1;
   private closed = false;
   private readonly server: { close(): Promise<void> } | undefined;
+  // A KeyObject in a private field: printing the store never shows the secret.
+  readonly #key: KeyObject | undefined;
+  /** Where the secret came from, for messages ("WEFT_STORE_SECRET", ...), never the secret. */
+  private readonly secretSource: string | undefined;
 
   private constructor(url: string, options: TcpStoreOptions) {
     this.server = options.server;
@@ -73,6 +92,15 @@ export class TcpStore implements Store {
     this.url = `tcp://${this.host.includes(':') ? `[${this.host}]` : this.host}:${this.port}`;
     this.opTimeoutMs = options.opTimeoutMs ?? defaultTimeoutMs();
     this.maxFrame = options.maxFrameBytes ?? DEFAULT_MAX_FRAME;
+    const secret = options.secret;
+    if (secret === undefined) {
+      const c = credentialFromEnv('WEFT_STORE_SECRET', `TcpStore ${this.url}`);
+      if (c) (this.#key = secretKey(c.value)), (this.secretSource = c.source);
+    } else if (secret !== null) {
+      if (typeof secret !== 'string' || !secret) throw new WeftError('EINVAL', `TcpStore ${this.url}: secret must be a non-empty string (or null to connect without one)`);
+      this.#key = secretKey(secret);
+      this.secretSource = 'the secret option';
+    }
   }
 
   /**
@@ -273,16 +301,11 @@ export class TcpStore implements Store {
       try {
         const socket = await this.dial(deadline);
         this.attach(socket);
-        const id = this.newId();
-        let timer: NodeJS.Timeout | undefined;
-        const r = await new Promise<FrameReader | undefined>((resolve, reject) => {
-          this.pending.set(id, { resolve, reject });
-          timer = setTimeout(() => resolve(undefined), Math.max(0, deadline.remaining()));
-          socket.write(new FrameWriter(Op.HELLO, id).u32(MAGIC).u16(VERSION).finish());
-        }).finally(() => (clearTimeout(timer), this.pending.delete(id)));
-        if (!r || r.code !== Status.OK) {
+        try {
+          await this.handshake(socket, what, deadline);
+        } catch (e) {
           socket.destroy();
-          throw new WeftError('EPROTO', `TcpStore ${this.url}: ${what}: the server there did not answer the weft handshake; is it a TcpStoreServer (not e.g. Redis), of the same weft version?`);
+          throw e;
         }
         if (socket.destroyed) throw new WeftError('EPEERDEAD', `TcpStore ${this.url}: ${what}: the store server closed the connection right after the handshake`);
         this.socket = socket;
@@ -294,6 +317,58 @@ export class TcpStore implements Store {
       await sleep(Math.min(delay, Math.max(0, deadline.remaining())), deadline.signal);
       delay = Math.min(delay * 2, 500);
     }
+  }
+
+  /**
+   * HELLO with our nonce; check the server's proof (it knows our secret) and answer its
+   * challenge with AUTH (see protocol.ts). Every failure is a WeftError, thrown at once: a
+   * wrong or missing secret does not get better by retrying.
+   */
+  private async handshake(socket: Socket, what: string, deadline: Deadline): Promise<void> {
+    const where = `TcpStore ${this.url}: ${what}`;
+    const notWeft = () => new WeftError('EPROTO', `${where}: the server there did not answer the weft handshake; is it a TcpStoreServer (not e.g. Redis), of the same weft version?`);
+    const clientNonce = randomBytes(NONCE_BYTES);
+    const hello = await this.exchange(socket, deadline, (id) => new FrameWriter(Op.HELLO, id).u32(MAGIC).u16(VERSION).bytes(clientNonce));
+    if (!hello || hello.code !== Status.OK) throw notWeft();
+    let flags: number;
+    let serverNonce: Uint8Array;
+    let serverProof: Uint8Array;
+    try {
+      flags = hello.u8();
+      serverNonce = hello.bytes();
+      serverProof = hello.bytes();
+      hello.end();
+    } catch (e) {
+      if (e instanceof ProtocolError) throw notWeft();
+      throw e;
+    }
+    if (serverNonce.byteLength !== NONCE_BYTES) throw notWeft();
+    const key = this.#key;
+    if (!(flags & FLAG_AUTH)) {
+      if (!key) return;
+      throw new WeftError('EINVAL', `${where}: the server there runs without a secret, but this process has one (${this.secretSource}): it is not the store that secret is for (another process on that port?), or it was started without the secret. Start the server with the same secret, or connect with { secret: null }`);
+    }
+    if (!key) {
+      throw new WeftError('EINVAL', `${where}: the store server requires a secret and this process has none: set WEFT_STORE_SECRET (or WEFT_STORE_SECRET_FILE, the path of a file holding it) to the secret the server was started with (\`weft run\` sets it for its ranks), or pass { secret }`);
+    }
+    if (!proofMatches(serverProof, handshakeProof(key, 'server', clientNonce, serverNonce))) {
+      throw new WeftError('EINVAL', `${where}: the store server does not know this process's secret (${this.secretSource}): the secret differs from the one the server was started with (a stale WEFT_STORE_SECRET, or another job's server on that port?); set WEFT_STORE_SECRET to the job's secret`);
+    }
+    const auth = await this.exchange(socket, deadline, (id) => new FrameWriter(Op.AUTH, id).bytes(handshakeProof(key, 'client', serverNonce, clientNonce)));
+    if (!auth) throw new WeftError('ETIMEDOUT', `${where}: the store server did not answer the authentication within ${Math.round(deadline.timeoutMs)} ms; is the process hosting it alive and not blocked?`);
+    if (auth.code === Status.DENIED) throw new WeftError('EINVAL', `${where}: the store server refused this process's secret (${this.secretSource}): ${auth.str()}; set WEFT_STORE_SECRET to the job's secret`);
+    if (auth.code !== Status.OK) throw notWeft();
+  }
+
+  /** One handshake request and its answer; undefined if none came before the deadline. */
+  private exchange(socket: Socket, deadline: Deadline, build: (id: number) => FrameWriter): Promise<FrameReader | undefined> {
+    const id = this.newId();
+    let timer: NodeJS.Timeout | undefined;
+    return new Promise<FrameReader | undefined>((resolve, reject) => {
+      this.pending.set(id, { resolve, reject });
+      timer = setTimeout(() => resolve(undefined), Math.max(0, deadline.remaining()));
+      socket.write(build(id).finish()); // not counted in stats: connection setup, as in RedisStore
+    }).finally(() => (clearTimeout(timer), this.pending.delete(id)));
   }
 
   private dial(deadline: Deadline): Promise<Socket> {
