@@ -8,6 +8,14 @@
  * | torchrun      | RANK                    | WORLD_SIZE              | tcp://MASTER_ADDR:MASTER_PORT (rank 0 hosts it) |
  * | Open MPI      | OMPI_COMM_WORLD_RANK    | OMPI_COMM_WORLD_SIZE    | WEFT_STORE, else a FileStore in /tmp keyed by the job |
  * | MPICH / PMI   | PMI_RANK                | PMI_SIZE                | as Open MPI                            |
+ *
+ * The MPI fallback directory, `<tmpdir>/weft-store-<uid>-<job id>`, is one every rank of the
+ * job on this host names without talking to the others, so anyone can predict it: FileStore
+ * creates it with mode 0700 and refuses it when it already exists as someone else's, as
+ * something others can write, or as a link someone else owns (EINVAL naming the path; set
+ * WEFT_STORE to another store then). A torchrun-style rank 0 hosts its TcpStore with
+ * WEFT_STORE_SECRET when set (every rank must have the same); without it that store is open
+ * to anyone who reaches MASTER_ADDR:MASTER_PORT (openStore warns).
  */
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -64,11 +72,13 @@ export function rankFromEnv(env: NodeJS.ProcessEnv = process.env): RankInfo {
     throw new WeftError('EINVAL', 'this process does not know its rank: run it under `weft run -n N`, mpirun or torchrun, or set WEFT_RANK, WEFT_WORLD_SIZE and WEFT_STORE');
   }
   if (size < 1 || rank >= size) throw new WeftError('EINVAL', `rank ${rank} is outside the world size ${size}`);
-  // MPI launchers give no store: ranks on one host meet in a directory named by the job.
+  // MPI launchers give no store: ranks on one host meet in a directory named by the user and
+  // the job (FileStore makes sure it is that user's alone).
   const jobId = env.WEFT_PREFIX ?? env.OMPI_MCA_ess_base_jobid ?? env.PMI_JOBID ?? env.TORCHELASTIC_RUN_ID ?? env.MASTER_PORT ?? 'weft';
   if (!store) {
     if (style === 'weft') throw new WeftError('EINVAL', 'WEFT_RANK is set but WEFT_STORE is not: set it to tcp://host:port, redis://host:port or file:///dir');
-    store = `file://${path.join(tmpdir(), `weft-store-${jobId.replace(/[^A-Za-z0-9_-]/g, '_')}`)}`;
+    const user = typeof process.getuid === 'function' ? `${process.getuid()}-` : '';
+    store = `file://${path.join(tmpdir(), `weft-store-${user}${jobId.replace(/[^A-Za-z0-9_-]/g, '_')}`)}`;
   }
   return { rank, size, store, serve, prefix: env.WEFT_PREFIX ?? jobId, style };
 }

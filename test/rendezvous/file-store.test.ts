@@ -1,15 +1,24 @@
 /**
- * FileStore specifics: safe file names for any key, atomic files, stale-lock recovery, and
- * waits woken by fs.watch rather than the poll.
+ * FileStore specifics: safe file names for any key, atomic files, stale-lock recovery,
+ * waits woken by fs.watch rather than the poll, and a directory only its user can use
+ * (files 0600, directory 0700; someone else's or a writable-by-others one refused, also the
+ * predictable mpirun fallback directory).
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, lchownSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { hostname, tmpdir } from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { FileStore } from '../../src/rendezvous/stores/file/store.js';
-import { runChild } from './backends.js';
+import { rankFromEnv } from '../../src/rendezvous/env.js';
+import { openStore } from '../../src/rendezvous/open.js';
+import { failure, runChild } from './backends.js';
+
+const mode = (p: string) => statSync(p).mode & 0o7777;
+const uid = process.getuid!();
+/** A user id that is not ours (root can hand files to it; others cannot). */
+const OTHER = uid === 0 ? 65534 : undefined;
 
 const enc = (s: string) => new TextEncoder().encode(s);
 const dec = (b: Uint8Array) => new TextDecoder().decode(b);
@@ -63,6 +72,105 @@ test('waits are woken by fs.watch, not the poll (poll set to 20 s), across proce
   assert.ok(performance.now() - t0 < 10_000, 'woken by the directory watch');
   assert.is((await child).code, 0);
   await s.close();
+});
+
+test('files are created 0600 and a missing directory 0700, whatever the umask', async () => {
+  const old = process.umask(0); // the most permissive umask: the modes must come from FileStore
+  try {
+    const sub = path.join(dir, 'a', 'b');
+    const s = new FileStore(sub);
+    assert.is(mode(sub), 0o700);
+    await s.set('mesh/0', enc('addr'), { once: true });
+    await s.set('plain', enc('v'));
+    await s.multiSet([['m/1', enc('1')], ['m/2', enc('2')]], { once: true });
+    await s.add('n', 1);
+    await s.compareSet('c', new Uint8Array(0), enc('x'));
+    const files = readdirSync(sub);
+    assert.is(files.length, 6, files.join(' '));
+    for (const f of files) assert.is(mode(path.join(sub, f)), 0o600, f);
+    await s.close();
+  } finally {
+    process.umask(old);
+  }
+});
+
+test('a directory others can write, or someone else\'s, is refused with EINVAL naming it and the fix', async () => {
+  const refused = (d: string, why: RegExp) => {
+    try {
+      new FileStore(d);
+    } catch (e) {
+      assert.is((e as { code?: string }).code, 'EINVAL');
+      assert.match((e as Error).message, `FileStore ${d}: refusing the directory`);
+      assert.match((e as Error).message, why);
+      assert.match((e as Error).message, /WEFT_STORE/);
+      return;
+    }
+    assert.unreachable(`${d} was accepted`);
+  };
+  chmodSync(dir, 0o777);
+  refused(dir, /writable by its group and every user \(mode 0777\).*chmod go-w/);
+  chmodSync(dir, 0o770);
+  refused(dir, /writable by its group \(mode 0770\)/);
+  chmodSync(dir, 0o1777);
+  refused(dir, /every user \(mode 1777\).*shared directory \(like \/tmp\): use a subdirectory/);
+  chmodSync(dir, 0o755); // readable is fine: the files are 0600
+  await new FileStore(dir).close();
+  chmodSync(dir, 0o700);
+  // A file in the directory's place.
+  writeFileSync(path.join(dir, 'f'), '');
+  assert.throws(() => new FileStore(path.join(dir, 'f')), /cannot create the directory/);
+  // Someone else's: the directory, or a link they own (which they can re-point).
+  if (OTHER !== undefined) {
+    const theirs = path.join(dir, 'theirs');
+    mkdirSync(theirs, { mode: 0o700 });
+    chownSync(theirs, OTHER, OTHER);
+    refused(theirs, new RegExp(`belongs to uid ${OTHER}, not to this process's user \\(uid ${uid}\\)`));
+    const mine = path.join(dir, 'mine');
+    mkdirSync(mine, { mode: 0o700 });
+    const link = path.join(dir, 'link');
+    symlinkSync(mine, link);
+    await new FileStore(link).close(); // our own link to our own directory
+    lchownSync(link, OTHER, OTHER);
+    refused(link, new RegExp(`symbolic link owned by uid ${OTHER}`));
+  } else {
+    refused('/', /belongs to uid 0/); // not root: root's directory is someone else's
+  }
+});
+
+test('the mpirun fallback directory: per user and job, created 0700, refused when someone prepared it', async () => {
+  const job = `fs-test-${process.pid}-${Date.now().toString(36)}`;
+  const env = { OMPI_COMM_WORLD_RANK: '0', OMPI_COMM_WORLD_SIZE: '1', OMPI_MCA_ess_base_jobid: job };
+  const url = rankFromEnv(env).store;
+  const fallback = path.join(tmpdir(), `weft-store-${uid}-${job}`);
+  assert.is(url, `file://${fallback}`);
+  try {
+    // Someone made it first, writable by all (or theirs): the ranks refuse it, naming it and WEFT_STORE.
+    mkdirSync(fallback);
+    chmodSync(fallback, 0o777);
+    const e = await failure(openStore(url));
+    assert.is(e.code, 'EINVAL');
+    assert.match(e.message, fallback);
+    assert.match(e.message, /set WEFT_STORE/);
+    if (OTHER !== undefined) {
+      chmodSync(fallback, 0o700);
+      chownSync(fallback, OTHER, OTHER);
+      assert.match((await failure(openStore(url))).message, `belongs to uid ${OTHER}`);
+      // A link of theirs in its place, pointing at a directory of ours, is refused too.
+      rmSync(fallback, { recursive: true, force: true });
+      symlinkSync(dir, fallback);
+      lchownSync(fallback, OTHER, OTHER);
+      assert.match((await failure(openStore(url))).message, /symbolic link owned by uid/);
+    }
+    rmSync(fallback, { recursive: true, force: true });
+    // Nobody did: created 0700, and it works.
+    const s = await openStore(url);
+    assert.is(mode(fallback), 0o700);
+    await s.set('k', enc('v'));
+    assert.is(mode(path.join(fallback, readdirSync(fallback)[0])), 0o600);
+    await s.close();
+  } finally {
+    rmSync(fallback, { recursive: true, force: true });
+  }
 });
 
 test.run();

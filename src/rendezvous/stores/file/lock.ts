@@ -37,7 +37,7 @@ export async function withLock<T>(path: string, deadline: Deadline, what: string
   let spins = 0;
   for (;;) {
     try {
-      const fh = await open(path, 'wx');
+      const fh = await open(path, 'wx', 0o600);
       try {
         await fh.write(`${HOST} ${process.pid} ${Date.now()}`);
       } finally {

@@ -2,13 +2,14 @@
  * FileStore: the Store API on a directory every rank can see (a local dir for one host, or
  * a shared file system such as NFS or Lustre for several).
  */
-import { watch, mkdirSync, type FSWatcher } from 'node:fs';
+import { watch, type FSWatcher } from 'node:fs';
 import { link, readdir, readFile, rename, unlink, writeFile } from 'node:fs/promises';
 import { randomBytes } from 'node:crypto';
 import path from 'node:path';
 import { WeftError } from '../../../errors.js';
 import { Deadline, defaultTimeoutMs, type WaitOptions } from '../../../util/deadline.js';
 import { withLock } from './lock.js';
+import { prepareDirectory } from './directory.js';
 import { newStats, type CloseOptions, type SetOptions, type Store, type StoreStats } from '../../store.js';
 import { checkDelta, checkKey, checkKeys, checkValue } from '../shared/arguments.js';
 import { encodeCounter, existsError, sameBytes } from '../shared/values.js';
@@ -25,7 +26,8 @@ export interface FileStoreOptions {
 }
 
 // File names: "v.<base64url key>" values, "l.<...>" locks, "t.<pid>.<random>" temporaries.
-// base64url keeps any key a safe, case-preserving file name.
+// base64url keeps any key a safe, case-preserving file name. Every file is created 0600.
+const FILE_MODE = 0o600;
 const MAX_NAME = 250;
 
 function isMissing(e: unknown): boolean {
@@ -37,6 +39,10 @@ function isMissing(e: unknown): boolean {
  * into place; write-once by link(), which fails if the key exists); add and compareSet hold
  * a per-key lock file; waits watch the directory (fs.watch) and poll as a fallback for
  * network file systems, whose remote changes inotify does not see.
+ *
+ * The directory must be its user's alone (see directory.ts): a missing one is created with
+ * mode 0700, an existing one that belongs to another user or that others can write is refused
+ * (EINVAL naming it and the fix). Files are created 0600, so other users read no address.
  *
  * @example
  * const store = new FileStore('/shared/jobs/job-42');   // same path on every host
@@ -57,11 +63,7 @@ export class FileStore implements Store {
   constructor(dir: string, options: FileStoreOptions = {}) {
     if (typeof dir !== 'string' || !dir) throw new WeftError('EINVAL', 'FileStore: dir must be a non-empty path');
     this.dir = path.resolve(dir);
-    try {
-      mkdirSync(this.dir, { recursive: true });
-    } catch (e) {
-      throw new WeftError('EINVAL', `FileStore ${this.dir}: cannot create the directory (${(e as Error).message}); give a writable path every rank can see`, { cause: e });
-    }
+    prepareDirectory(this.dir);
     this.opTimeoutMs = options.opTimeoutMs ?? defaultTimeoutMs();
     this.staleLockMs = options.staleLockMs ?? 30_000;
     this.poll = { pollFirstMs: options.pollFirstMs ?? 100, pollMaxMs: options.pollMaxMs ?? 200 };
@@ -219,7 +221,7 @@ export class FileStore implements Store {
     const tmp = this.temp();
     this.count(2);
     try {
-      await writeFile(tmp, value);
+      await writeFile(tmp, value, { mode: FILE_MODE });
       await rename(tmp, this.file(key));
     } catch (e) {
       await unlink(tmp).catch(() => {});
@@ -232,7 +234,7 @@ export class FileStore implements Store {
     const tmp = this.temp();
     this.count(3);
     try {
-      await writeFile(tmp, value);
+      await writeFile(tmp, value, { mode: FILE_MODE });
       await link(tmp, this.file(key)); // fails with EEXIST if the key exists: write-once without a lock
     } catch (e) {
       if ((e as NodeJS.ErrnoException).code === 'EEXIST') throw existsError(`FileStore ${this.dir}: ${op}`, key, await this.read(key), value);
