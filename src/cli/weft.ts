@@ -1,5 +1,5 @@
 /** The `weft` command: info, demo, run, bench. */
-import { Command } from 'commander';
+import { Command, Option } from 'commander';
 import { positiveInt } from './arguments.js';
 import { printInfo } from './info.js';
 import { runDemo } from './demo.js';
@@ -27,7 +27,7 @@ program
   .command('run')
   .description('start N ranks of a script on this host (rank environment set, TcpStore hosted here unless --store)')
   .requiredOption('-n, --ranks <n>', 'ranks on this host', positiveInt)
-  .option('--store <url>', 'store URL (redis://, rediss://, tcp://, file://); default: a TcpStore hosted by this launcher')
+  .addOption(new Option('--store <url>', 'store URL (redis://, rediss://, tcp://, file://); default: a TcpStore hosted by this launcher, with a per-job secret. Keep passwords off the command line: give the URL in WEFT_STORE and the password in WEFT_STORE_PASSWORD or WEFT_STORE_PASSWORD_FILE').env('WEFT_STORE'))
   .option('--prefix <p>', 'job namespace in the store (default: a fresh id)')
   .option('--nnodes <k>', 'hosts in the job (each runs weft run with its --node-rank)', positiveInt, 1)
   .option('--node-rank <r>', "this host's index in [0, nnodes)", (v: string) => Number(v), 0)
@@ -35,8 +35,12 @@ program
   .argument('<script>', 'a .js or .ts file')
   .argument('[args...]', 'arguments for the script')
   .passThroughOptions()
-  .action(async (script: string, args: string[], o: { ranks: number; store?: string; prefix?: string; nnodes: number; nodeRank: number; provider?: string }) => {
-    const { launch } = await import('../launch/run.js');
+  .action(async (script: string, args: string[], o: { ranks: number; store?: string; prefix?: string; nnodes: number; nodeRank: number; provider?: string }, cmd: Command) => {
+    const { launch, passwordWarning } = await import('../launch/run.js');
+    // A password in our own argv is visible to every local user (ps); the ranks get the URL in
+    // their environment, so the only leak is this command line.
+    const warning = o.store !== undefined && cmd.getOptionValueSource('store') === 'cli' ? passwordWarning(o.store) : undefined;
+    if (warning) process.stderr.write(`${warning}\n`);
     process.exitCode = await launch({ ranks: o.ranks, script, args, store: o.store, prefix: o.prefix, nnodes: o.nnodes, nodeRank: o.nodeRank, provider: o.provider });
   });
 

@@ -146,6 +146,21 @@ export async function launch(o: LaunchOptions): Promise<number> {
   return 0;
 }
 
+/**
+ * The one-line warning for a store URL given on weft run's command line that carries a
+ * password (every local user reads command lines with `ps`), or undefined.
+ */
+export function passwordWarning(url: string): string | undefined {
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch {
+    return undefined; // not a URL: openStore will say so
+  }
+  if (!u.password) return undefined;
+  return 'weft run: warning: the --store URL carries a password, which every user of this host can read in `ps` while the job runs; give the URL in WEFT_STORE instead, and the password in WEFT_STORE_PASSWORD or WEFT_STORE_PASSWORD_FILE (a file of mode 0600)';
+}
+
 /** node for .js/.mjs/.cjs; node with the tsx loader for .ts/.mts. */
 function scriptCommand(script: string): string[] {
   const ext = path.extname(script);

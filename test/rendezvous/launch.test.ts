@@ -12,6 +12,7 @@ const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '.
 const WEFT = path.join(root, 'bin', 'weft.js');
 const RANK = path.join(root, 'test', 'rendezvous', 'workers', 'mesh-rank.mjs');
 const SECRET_RANK = path.join(root, 'test', 'rendezvous', 'workers', 'secret-rank.mjs');
+const PASSWORD_WARNING = /weft run: warning: the --store URL carries a password/;
 
 interface Run {
   code: number | null;
@@ -68,7 +69,25 @@ test('8 ranks connect over Redis (with a password) and leave no keys behind', as
     console.log('  (skipped: no redis-server)');
     return;
   }
-  checkMesh(await weftRun(['-n', '8', '--store', url, '--prefix', `launchtest${process.pid}`, RANK]), 8);
+  const r = await weftRun(['-n', '8', '--store', url, '--prefix', `launchtest${process.pid}`, RANK]);
+  checkMesh(r, 8);
+  // The password was on weft run's command line: it says so, once.
+  assert.is(r.err.split('\n').filter((l) => PASSWORD_WARNING.test(l)).length, 1, r.err);
+  assert.match(r.err, /WEFT_STORE_PASSWORD/);
+});
+
+test('Redis from the environment: WEFT_STORE without a password plus WEFT_STORE_PASSWORD, nothing on a command line', async () => {
+  const url = process.env.WEFT_TEST_REDIS_URL;
+  if (!url) {
+    console.log('  (skipped: no redis-server)');
+    return;
+  }
+  const u = new URL(url);
+  const password = decodeURIComponent(u.password);
+  u.password = '';
+  const r = await weftRun(['-n', '3', '--prefix', `launchenv${process.pid}`, RANK], { env: { WEFT_STORE: u.toString(), WEFT_STORE_PASSWORD: password } });
+  checkMesh(r, 3);
+  assert.not.match(r.err, PASSWORD_WARNING);
 });
 
 test('8 ranks connect over a FileStore directory', async () => {
