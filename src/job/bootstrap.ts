@@ -12,7 +12,7 @@ import { CompletionRouter } from '../nic/completion-router.js';
 import { localPlacement } from '../host/placement.js';
 import type { Device, DeviceOptions, QueuePairOptions } from '../nic/types.js';
 import { Device as TransportDevice, type TransportOptions } from '../transport/device.js';
-import { connectFullMeshWithExtras } from '../rendezvous/full-mesh.js';
+import { connectFullMeshWithExtras, multiGetOrFailure, publishJoinFailure } from '../rendezvous/full-mesh.js';
 import { rankFromEnv, type EnvStyle } from '../rendezvous/env.js';
 import { openStore } from '../rendezvous/open.js';
 import { PrefixStore } from '../rendezvous/prefix-store.js';
@@ -83,10 +83,14 @@ export async function joinJob<M extends JobMember>(make: (parts: JobParts) => M,
     // a rank that then fails at once must not take its segments from a peer still connecting
     // (the peer would fail first and be named as the cause).
     await store.set(`_connected/${rank}`, new Uint8Array(0));
-    await store.wait([...Array(size).keys()].map((p) => `_connected/${p}`), wait);
+    await multiGetOrFailure(store, [...Array(size).keys()].map((p) => `_connected/${p}`), rank, wait, (err) => {
+      return new WeftError('ETIMEDOUT', `rank ${rank}: init: every rank published its addresses, but not every rank connected within the timeout: ${err.message}`, { cause: err });
+    });
     return make({ rank, size, store, device, router, pairs, transport, style, serving: serve });
   } catch (err) {
     device?.close();
+    // The others then fail at once with this reason instead of timing out.
+    await publishJoinFailure(store, err);
     await store.close().catch(() => {});
     throw err;
   }
@@ -107,12 +111,17 @@ function bindLocalRank(env: NodeJS.ProcessEnv = process.env): void {
 
 let watching = false;
 
-/** Under `weft run`, a rank whose launcher died exits instead of living on as an orphan. */
+/**
+ * Under `weft run`, a rank whose launcher died exits instead of living on as an orphan: a timer
+ * exits cleanly (closing its devices); a native thread ends a rank whose event loop is blocked
+ * (a loop of *Sync calls never runs timers) 1.5 s later, after unlinking its shared memory.
+ */
 function watchLauncher(): void {
   const pid = Number(process.env.WEFT_LAUNCHER_PID);
   if (watching || !Number.isInteger(pid) || pid <= 0) return;
   watching = true;
   const start = Number(process.env.WEFT_LAUNCHER_START ?? -1);
+  native.watchLauncher(pid, start >= 0 ? start : -1, 1500);
   setInterval(() => {
     if (!native.processAlive(pid, start >= 0 ? start : undefined)) {
       process.stderr.write(`weft: the launcher (pid ${pid}) is gone; rank ${process.env.WEFT_RANK} exits\n`);
