@@ -62,13 +62,15 @@ export async function joinJob<M extends JobMember>(make: (parts: JobParts) => M,
   const size = options.size ?? fromEnv!.size;
   const style: EnvStyle = fromEnv?.style ?? 'options';
   const prefix = options.prefix ?? process.env.WEFT_PREFIX ?? fromEnv?.prefix ?? 'weft';
+  const serve = options.serve ?? fromEnv?.serve ?? false;
+  const wait: WaitOptions = { timeoutMs: options.timeoutMs, signal: options.signal };
   if (!Number.isInteger(size) || size < 1 || !Number.isInteger(rank) || rank < 0 || rank >= size) {
-    throw new WeftError('EINVAL', `init: rank ${rank} and world size ${size} do not fit (need 0 <= rank < size)`);
+    const err = new WeftError('EINVAL', `rank ${rank}: init: rank ${rank} does not fit world size ${size} (need 0 <= rank < size): start every rank with the same world size (WEFT_WORLD_SIZE, -n)`);
+    await tellTheOthers(options.store ?? fromEnv?.store, prefix, err);
+    throw err;
   }
   watchLauncher();
   bindLocalRank();
-  const serve = options.serve ?? fromEnv?.serve ?? false;
-  const wait: WaitOptions = { timeoutMs: options.timeoutMs, signal: options.signal };
   const raw = typeof options.store === 'object' ? options.store : await openStore(options.store ?? fromEnv!.store, { ...wait, serve });
   const store = new PrefixStore(prefix, raw);
   let device: Device | undefined;
@@ -93,6 +95,20 @@ export async function joinJob<M extends JobMember>(make: (parts: JobParts) => M,
     await publishJoinFailure(store, err);
     await store.close().catch(() => {});
     throw err;
+  }
+}
+
+/** A rank that cannot even take part publishes why, so the others fail at once (bounded: 2 s). */
+async function tellTheOthers(where: string | Store | undefined, prefix: string, err: WeftError): Promise<void> {
+  if (where === undefined) return;
+  let raw: Store | undefined;
+  try {
+    raw = typeof where === 'object' ? where : await openStore(where, { timeoutMs: 2000 });
+    await publishJoinFailure(new PrefixStore(prefix, raw), err);
+  } catch {
+    // No store: the others time out naming this rank as missing.
+  } finally {
+    if (typeof where !== 'object') await raw?.close().catch(() => {});
   }
 }
 
