@@ -1,14 +1,18 @@
 // Process facts: is a pid alive, and when did it start (to tell a restarted pid from the
 // original owner of a segment or a connection); the core to run on; signal handlers kept
 // across loading a library that installs its own.
+#include <dirent.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include "addon.h"
 
@@ -89,6 +93,67 @@ Napi::Value ProcessState(const Napi::CallbackInfo& info) {
   return Napi::String::New(env, std::string(1, state));
 }
 
+// Unlinks this process's shared memory: weft's segments (`weft.<job>.<pid>.<start>.*`) and
+// libfabric shm regions (`<pid>:<domain>:<ep>`).
+void UnlinkOwnSegments() {
+  char state = 0;
+  unsigned long long start = 0;
+  int pid = getpid();
+  if (!ReadStat(pid, &state, &start)) return;
+  char mine[64];
+  std::snprintf(mine, sizeof(mine), ".%d.%llu.", pid, start);
+  char fabric[32];
+  std::snprintf(fabric, sizeof(fabric), "%d:", pid);
+  DIR* d = opendir("/dev/shm");
+  if (d == nullptr) return;
+  std::string names;
+  while (dirent* e = readdir(d)) {
+    const char* n = e->d_name;
+    bool weft = std::strncmp(n, "weft.", 5) == 0 && std::strstr(n, mine) != nullptr;
+    bool fab = std::strncmp(n, fabric, std::strlen(fabric)) == 0;
+    if (weft || fab) names += std::string("/") + n + '\n';
+  }
+  closedir(d);
+  size_t at = 0;
+  while (at < names.size()) {
+    size_t end = names.find('\n', at);
+    shm_unlink(names.substr(at, end - at).c_str());
+    at = end + 1;
+  }
+}
+
+// watchLauncher(pid, startTime, graceMs): a thread that checks every 100 ms that the launcher
+// lives. Once it is gone, JS gets graceMs to exit on its own (its own watcher closes the devices);
+// a rank whose event loop is blocked (a loop of *Sync collectives never yields to timers)
+// cannot, so the thread then unlinks this process's shared memory and ends it. Without this a
+// rank in a sync loop outlived a SIGKILLed launcher forever, with its segments.
+bool watching = false;
+Napi::Value WatchLauncher(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 3 || !info[0].IsNumber() || !info[1].IsNumber() || !info[2].IsNumber()) return Fail(env, "EINVAL", "watchLauncher(pid: number, startTime: number, graceMs: number)");
+  int pid = info[0].As<Napi::Number>().Int32Value();
+  double want = info[1].As<Napi::Number>().DoubleValue();
+  int graceMs = info[2].As<Napi::Number>().Int32Value();
+  if (watching || pid <= 0) return Napi::Boolean::New(env, false);
+  watching = true;
+  std::thread([pid, want, graceMs]() {
+    for (;;) {
+      usleep(100 * 1000);
+      char state = 0;
+      unsigned long long start = 0;
+      bool alive = (kill(pid, 0) == 0 || errno == EPERM) && ReadStat(pid, &state, &start) && state != 'Z' && state != 'X' && (want < 0 || static_cast<double>(start) == want);
+      if (alive) continue;
+      usleep(static_cast<useconds_t>(graceMs) * 1000);
+      UnlinkOwnSegments();
+      char msg[160];
+      int n = std::snprintf(msg, sizeof(msg), "weft: the launcher (pid %d) is gone and this rank (pid %d) did not exit on its own (a blocked event loop); it exits\n", pid, getpid());
+      if (n > 0) (void)!write(2, msg, static_cast<size_t>(n));
+      _exit(1);
+    }
+  }).detach();
+  return Napi::Boolean::New(env, true);
+}
+
 // yieldThread(): gives the core to another runnable process (oversubscribed ranks).
 napi_value YieldThread(napi_env env, napi_callback_info info) {
   sched_yield();
@@ -140,6 +205,7 @@ void InitProc(Napi::Env env, Napi::Object exports) {
   exports.Set("bindToCpu", Napi::Function::New(env, BindToCpu, "bindToCpu"));
   exports.Set("processStartTime", Napi::Function::New(env, ProcessStartTime, "processStartTime"));
   exports.Set("processAlive", Napi::Function::New(env, ProcessAlive, "processAlive"));
+  exports.Set("watchLauncher", Napi::Function::New(env, WatchLauncher, "watchLauncher"));
   exports.Set("processState", Napi::Function::New(env, ProcessState, "processState"));
   napi_value fn;
   napi_create_function(env, "yieldThread", NAPI_AUTO_LENGTH, YieldThread, nullptr, &fn);

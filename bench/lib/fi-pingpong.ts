@@ -4,8 +4,9 @@
  * is compared with. It sends messages (not RMA), one in flight: its round trip is twice its
  * "usec/xfer", and its MB/sec is a ping-pong rate, not a stream.
  */
-import { spawn, spawnSync } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { createServer } from 'node:net';
+import { sweepProcessSegments } from '../../src/nic/index.js';
 
 export interface FiPingPong {
   provider: string;
@@ -29,6 +30,22 @@ function freePort(): Promise<number> {
   });
 }
 
+/**
+ * Ends the server: SIGTERM (libfabric unlinks its shm regions on a caught signal), SIGKILL if
+ * it is still there after a second, then removes whatever regions a killed server left (16 MiB
+ * each: `weft bench nic` left ten per run when it only sent SIGKILL).
+ */
+async function stop(server: ChildProcess): Promise<void> {
+  if (server.exitCode === null && server.signalCode === null) {
+    const exited = new Promise<void>((r) => server.once('exit', () => r()));
+    server.kill('SIGTERM');
+    const t = setTimeout(() => server.kill('SIGKILL'), 1000);
+    await exited;
+    clearTimeout(t);
+  }
+  if (server.pid) sweepProcessSegments(server.pid);
+}
+
 /** One fi_pingpong run (server and client on this host); undefined when it fails. */
 export async function fiPingPong(provider: string, bytes: number, iterations: number): Promise<FiPingPong | undefined> {
   const port = await freePort();
@@ -40,9 +57,13 @@ export async function fiPingPong(provider: string, bytes: number, iterations: nu
     let text = '';
     client.stdout.on('data', (d) => (text += d));
     const t = setTimeout(() => client.kill('SIGKILL'), 60_000);
-    client.on('exit', () => (clearTimeout(t), resolve(text)));
+    client.on('exit', () => {
+      clearTimeout(t);
+      if (client.pid) sweepProcessSegments(client.pid);
+      resolve(text);
+    });
   });
-  server.kill('SIGKILL');
+  await stop(server);
   // bytes  #sent  #ack  total  time  MB/sec  usec/xfer  Mxfers/sec
   const line = out.split('\n').find((l) => /^\s*\d/.test(l) && l.includes('='));
   if (!line) return undefined;

@@ -12,7 +12,7 @@ import { CompletionRouter } from '../nic/completion-router.js';
 import { localPlacement } from '../host/placement.js';
 import type { Device, DeviceOptions, QueuePairOptions } from '../nic/types.js';
 import { Device as TransportDevice, type TransportOptions } from '../transport/device.js';
-import { connectFullMeshWithExtras } from '../rendezvous/full-mesh.js';
+import { connectFullMeshWithExtras, multiGetOrFailure, publishJoinFailure } from '../rendezvous/full-mesh.js';
 import { rankFromEnv, type EnvStyle } from '../rendezvous/env.js';
 import { openStore } from '../rendezvous/open.js';
 import { PrefixStore } from '../rendezvous/prefix-store.js';
@@ -62,13 +62,15 @@ export async function joinJob<M extends JobMember>(make: (parts: JobParts) => M,
   const size = options.size ?? fromEnv!.size;
   const style: EnvStyle = fromEnv?.style ?? 'options';
   const prefix = options.prefix ?? process.env.WEFT_PREFIX ?? fromEnv?.prefix ?? 'weft';
+  const serve = options.serve ?? fromEnv?.serve ?? false;
+  const wait: WaitOptions = { timeoutMs: options.timeoutMs, signal: options.signal };
   if (!Number.isInteger(size) || size < 1 || !Number.isInteger(rank) || rank < 0 || rank >= size) {
-    throw new WeftError('EINVAL', `init: rank ${rank} and world size ${size} do not fit (need 0 <= rank < size)`);
+    const err = new WeftError('EINVAL', `rank ${rank}: init: rank ${rank} does not fit world size ${size} (need 0 <= rank < size): start every rank with the same world size (WEFT_WORLD_SIZE, -n)`);
+    await tellTheOthers(options.store ?? fromEnv?.store, prefix, err);
+    throw err;
   }
   watchLauncher();
   bindLocalRank();
-  const serve = options.serve ?? fromEnv?.serve ?? false;
-  const wait: WaitOptions = { timeoutMs: options.timeoutMs, signal: options.signal };
   const raw = typeof options.store === 'object' ? options.store : await openStore(options.store ?? fromEnv!.store, { ...wait, serve });
   const store = new PrefixStore(prefix, raw);
   let device: Device | undefined;
@@ -83,12 +85,30 @@ export async function joinJob<M extends JobMember>(make: (parts: JobParts) => M,
     // a rank that then fails at once must not take its segments from a peer still connecting
     // (the peer would fail first and be named as the cause).
     await store.set(`_connected/${rank}`, new Uint8Array(0));
-    await store.wait([...Array(size).keys()].map((p) => `_connected/${p}`), wait);
+    await multiGetOrFailure(store, [...Array(size).keys()].map((p) => `_connected/${p}`), rank, wait, (err) => {
+      return new WeftError('ETIMEDOUT', `rank ${rank}: init: every rank published its addresses, but not every rank connected within the timeout: ${err.message}`, { cause: err });
+    });
     return make({ rank, size, store, device, router, pairs, transport, style, serving: serve });
   } catch (err) {
     device?.close();
+    // The others then fail at once with this reason instead of timing out.
+    await publishJoinFailure(store, err);
     await store.close().catch(() => {});
     throw err;
+  }
+}
+
+/** A rank that cannot even take part publishes why, so the others fail at once (bounded: 2 s). */
+async function tellTheOthers(where: string | Store | undefined, prefix: string, err: WeftError): Promise<void> {
+  if (where === undefined) return;
+  let raw: Store | undefined;
+  try {
+    raw = typeof where === 'object' ? where : await openStore(where, { timeoutMs: 2000 });
+    await publishJoinFailure(new PrefixStore(prefix, raw), err);
+  } catch {
+    // No store: the others time out naming this rank as missing.
+  } finally {
+    if (typeof where !== 'object') await raw?.close().catch(() => {});
   }
 }
 
@@ -107,12 +127,17 @@ function bindLocalRank(env: NodeJS.ProcessEnv = process.env): void {
 
 let watching = false;
 
-/** Under `weft run`, a rank whose launcher died exits instead of living on as an orphan. */
+/**
+ * Under `weft run`, a rank whose launcher died exits instead of living on as an orphan: a timer
+ * exits cleanly (closing its devices); a native thread ends a rank whose event loop is blocked
+ * (a loop of *Sync calls never runs timers) 1.5 s later, after unlinking its shared memory.
+ */
 function watchLauncher(): void {
   const pid = Number(process.env.WEFT_LAUNCHER_PID);
   if (watching || !Number.isInteger(pid) || pid <= 0) return;
   watching = true;
   const start = Number(process.env.WEFT_LAUNCHER_START ?? -1);
+  native.watchLauncher(pid, start >= 0 ? start : -1, 1500);
   setInterval(() => {
     if (!native.processAlive(pid, start >= 0 ? start : undefined)) {
       process.stderr.write(`weft: the launcher (pid ${pid}) is gone; rank ${process.env.WEFT_RANK} exits\n`);

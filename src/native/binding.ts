@@ -103,6 +103,11 @@ export interface NativeBinding {
   futexWaitAsync(word: Int32Array, index: number, expected: number, timeoutMs: number): Promise<FutexResult>;
   processStartTime(pid: number): number;
   processAlive(pid: number, startTime?: number): boolean;
+  /**
+   * Starts a thread that ends this process (after unlinking its shared memory) graceMs after
+   * process `pid` (started at `startTime`, -1: any) is gone; false if already watching.
+   */
+  watchLauncher(pid: number, startTime: number, graceMs: number): boolean;
   /** The state letter of /proc/<pid>/stat ('T': stopped), '' when gone or a recycled pid. */
   processState(pid: number, startTime?: number): string;
   yieldThread(): void;

@@ -71,7 +71,8 @@ export function rankFromEnv(env: NodeJS.ProcessEnv = process.env): RankInfo {
   } else {
     throw new WeftError('EINVAL', 'this process does not know its rank: run it under `weft run -n N`, mpirun or torchrun, or set WEFT_RANK, WEFT_WORLD_SIZE and WEFT_STORE');
   }
-  if (size < 1 || rank >= size) throw new WeftError('EINVAL', `rank ${rank} is outside the world size ${size}`);
+  // rank >= size is left to init(), which tells the job's other ranks through the store.
+  if (size < 1) throw new WeftError('EINVAL', `the world size must be at least 1, got ${size}`);
   // MPI launchers give no store: ranks on one host meet in a directory named by the user and
   // the job (FileStore makes sure it is that user's alone).
   const jobId = env.WEFT_PREFIX ?? env.OMPI_MCA_ess_base_jobid ?? env.PMI_JOBID ?? env.TORCHELASTIC_RUN_ID ?? env.MASTER_PORT ?? 'weft';

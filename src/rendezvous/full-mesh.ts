@@ -8,12 +8,93 @@
  * rank 0xffffffff holding the layer above's extra bytes (e.g. the transport's ring descriptor).
  */
 import { WeftError } from '../errors.js';
-import type { WaitOptions } from '../util/deadline.js';
+import { Deadline, type WaitOptions } from '../util/deadline.js';
 import type { Device, QueuePair, QueuePairOptions } from '../nic/types.js';
 import type { Store } from './store.js';
 
 const MESH_MAGIC = 0x314d4657;
 const EXTRA = 0xffffffff;
+
+/**
+ * A rank that cannot join (a world size that differs from the others', a rank outside the
+ * world, a malformed blob, a timeout) writes why under this key; the others' waits look at it
+ * between slices and fail with that reason at once, instead of timing out or seeing the
+ * failed rank vanish (EPEERDEAD).
+ */
+export const JOIN_FAILURE_KEY = '_join-failure';
+/** The world size, first writer wins: a rank started with another size fails at once. */
+const WORLD_KEY = '_world';
+/** How often a waiting rank looks for a published join failure. */
+const SLICE_MS = 250;
+/** Join failures read from the store (not republished). */
+const readFromStore = new WeakSet<object>();
+const CODES = /^(EINVAL|ETIMEDOUT|EABORTED|EPEERDEAD|EPROTO|ETRANSPORT|EEXIST|ECLOSED) ([^]*)$/;
+
+/**
+ * Tells the job's other ranks that this rank cannot join (best effort, bounded by 1 s; the
+ * first failure published stays).
+ */
+export async function publishJoinFailure(store: Store, err: unknown): Promise<void> {
+  const e = err as WeftError;
+  if (readFromStore.has(e)) return; // another rank's, already there
+  const text = `${e?.code ?? 'EINVAL'} ${e?.message ?? String(err)}`;
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    await Promise.race([
+      store.compareSet(JOIN_FAILURE_KEY, new Uint8Array(0), new TextEncoder().encode(text)),
+      new Promise((resolve) => (timer = setTimeout(resolve, 1000))),
+    ]);
+  } catch {
+    // The store is gone or refuses: the others will time out instead.
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** The failure another rank published, as an error of this rank, if any. */
+export async function joinFailure(store: Store, rank: number): Promise<WeftError | undefined> {
+  let bytes: Uint8Array;
+  try {
+    bytes = await store.get(JOIN_FAILURE_KEY, { timeoutMs: 0 });
+  } catch {
+    return undefined;
+  }
+  const text = new TextDecoder().decode(bytes);
+  const m = CODES.exec(text);
+  const err = new WeftError((m?.[1] ?? 'EINVAL') as WeftError['code'], `rank ${rank}: the job cannot start: ${m ? m[2] : text}`);
+  readFromStore.add(err);
+  return err;
+}
+
+/**
+ * `store.multiGet(keys)` that also fails, within SLICE_MS, when a rank of the job published a
+ * join failure. The timeout error is the caller's to word (`onTimeout`).
+ */
+export async function multiGetOrFailure(store: Store, keys: string[], rank: number, options: WaitOptions, onTimeout: (err: WeftError) => Promise<WeftError> | WeftError): Promise<Uint8Array[]> {
+  const deadline = new Deadline(options.timeoutMs, options.signal);
+  for (;;) {
+    const slice = Math.max(0, Math.min(deadline.remaining(), SLICE_MS));
+    try {
+      return await store.multiGet(keys, { timeoutMs: slice, signal: options.signal });
+    } catch (err) {
+      if ((err as WeftError).code !== 'ETIMEDOUT') throw err;
+      const failed = await joinFailure(store, rank);
+      if (failed) throw failed;
+      if (deadline.remaining() <= 0) throw await onTimeout(err as WeftError);
+    }
+  }
+}
+
+/** Every rank must be started with the same world size: the first one's is the job's. */
+async function checkWorldSize(store: Store, rank: number, size: number): Promise<void> {
+  const mine = new Uint8Array(4);
+  new DataView(mine.buffer).setUint32(0, size, true);
+  const stored = await store.compareSet(WORLD_KEY, new Uint8Array(0), mine);
+  const theirs = stored.byteLength === 4 ? new DataView(stored.buffer, stored.byteOffset, 4).getUint32(0, true) : -1;
+  if (theirs !== size) {
+    throw new WeftError('EINVAL', `rank ${rank} was started with world size ${size}, but the job's first rank to arrive was started with ${theirs < 0 ? 'an unreadable size' : theirs}: start every rank with the same world size (WEFT_WORLD_SIZE, -n)`);
+  }
+}
 
 export interface FullMeshOptions extends WaitOptions {
   /** Options for every QP (receive credits). */
@@ -100,19 +181,14 @@ export async function connectFullMeshWithExtras(store: Store, device: Device, ra
   const qps: (QueuePair | undefined)[] = [];
   for (let p = 0; p < size; p++) qps.push(p === rank ? undefined : device.createQueuePair({ ...options.qp, peerLabel: `rank ${p}` }));
   try {
+    await checkWorldSize(store, rank, size);
     await store.set(`${ns}/${rank}`, encodeMeshBlob(rank, size, qps.map((q) => q?.address()), options.extra), { once: true });
     const peers = [...Array(size).keys()].filter((p) => p !== rank);
     const keys = peers.map((p) => `${ns}/${p}`);
-    let blobs: Uint8Array[];
-    try {
-      blobs = await store.multiGet(keys, options);
-    } catch (err) {
-      if ((err as WeftError).code === 'ETIMEDOUT') {
-        const missing = await missingRanks(store, peers, ns);
-        throw new WeftError('ETIMEDOUT', `rank ${rank}: connectFullMesh timed out; ranks ${missing.join(', ') || '(none, retry)'} never published their addresses: are they running with the same store and prefix, and world size ${size}?`, { cause: err });
-      }
-      throw err;
-    }
+    const blobs = await multiGetOrFailure(store, keys, rank, options, async (err) => {
+      const missing = await missingRanks(store, peers, ns);
+      return new WeftError('ETIMEDOUT', `rank ${rank}: connectFullMesh timed out after ${Math.round(new Deadline(options.timeoutMs).timeoutMs)} ms; ranks ${missing.join(', ') || '(none, retry)'} never published their addresses: are they running with the same store and prefix, and world size ${size}?`, { cause: err });
+    });
     peers.forEach((p, i) => (qps[p] as QueuePair).connect(addressFor(blobs[i], p, rank, size)));
     const extras: Uint8Array[] = qps.map(() => new Uint8Array(0));
     peers.forEach((p, i) => (extras[p] = extraOf(blobs[i], p, rank, size)));

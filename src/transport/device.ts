@@ -256,12 +256,17 @@ export class Device implements PairHost, CompletionSink {
 
   /**
    * This rank finished call `call` of `slot`: a message of it still queued from some peer was
-   * never asked for, so the ranks disagree; that aborts the job (EINVAL) and throws it here.
+   * never asked for, so the ranks disagree and this call's result may be wrong; that aborts
+   * the job (EINVAL) and throws it here.
    */
   finishCall(slot: number, call: number): void {
     this.finished.set(slot, call);
-    for (const p of this.pairs) p?.checkStale(slot, call);
-    if (this.failure) throw this.failure;
+    for (const p of this.pairs) {
+      const stale = p?.checkStale(slot, call);
+      if (stale) throw stale;
+    }
+    // A job aborted meanwhile by a later call of another rank: this call's result is right (all
+    // its messages matched); the next call reports the abort.
   }
 
   /** Throws the job's failure, if any, before an operation starts. */

@@ -324,7 +324,10 @@ export class Pair {
         // A collective message for a call this rank has already finished was never asked for:
         // the ranks disagree (every rank took itself for the root, say). Left queued, it would
         // be taken for a later call's data.
-        if (call !== 0 && ((call - this.host.finishedCall(slot)) | 0) <= 0) return this.stale(slot, sig, call);
+        if (call !== 0 && ((call - this.host.finishedCall(slot)) | 0) <= 0) {
+          this.stale(slot, sig, call);
+          return;
+        }
         const u: Unexpected = { slot, total, sig, call, roffset, bound, data: this.host.pool.take(total), got: 0 };
         let q = this.unexpected.get(slot);
         if (!q) this.unexpected.set(slot, (q = []));
@@ -428,14 +431,18 @@ export class Pair {
   }
 
   /** After this rank finished call `call` of `slot`: a message of it still queued here is stale. */
-  checkStale(slot: number, call: number): void {
+  /** A message of call `call` (or earlier) of `slot` still queued from this peer: the error, after aborting the job. */
+  checkStale(slot: number, call: number): WeftError | undefined {
     const q = this.unexpected.get(slot);
-    if (!q) return;
+    if (!q) return undefined;
     for (const u of q) if (u.call !== 0 && ((u.call - call) | 0) <= 0) return this.stale(slot, u.sig, u.call);
+    return undefined;
   }
 
-  private stale(slot: number, sig: number, call: number): void {
-    this.host.abort(new WeftError('EINVAL', `${this.host.label}: rank ${this.peer} sent a message of ${describeSignature(sig)} call ${call} (of its kind and tag), a call this rank finished without receiving from it; the ranks disagree about that call (another root, or a call that failed or was skipped on some rank). Every rank must make the same collective calls in the same order, with the same root`));
+  private stale(slot: number, sig: number, call: number): WeftError {
+    const err = new WeftError('EINVAL', `${this.host.label}: rank ${this.peer} sent a message of ${describeSignature(sig)} call ${call} (of its kind and tag), a call this rank finished without receiving from it; the ranks disagree about that call (another root, or a call that failed or was skipped on some rank). Every rank must make the same collective calls in the same order, with the same root`);
+    this.host.abort(err);
+    return err;
   }
 
   // ------------------------------------------------------------------ errors

@@ -1,0 +1,69 @@
+/**
+ * Ranks that cannot form a job fail together, at once, with the reason: a rank started with
+ * another world size than the others (the job's first rank to arrive sets it) fails with
+ * EINVAL, and it publishes why, so every other rank fails with the same code naming the same
+ * cause instead of waiting out its 20 s timeout or reporting the failed rank as dead.
+ * Plain processes, no launcher (the launcher gives every rank the same size).
+ */
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { fileURLToPath } from 'node:url';
+import path from 'node:path';
+
+const RANK = path.join(path.dirname(fileURLToPath(import.meta.url)), 'workers', 'join-rank.js');
+
+interface Outcome {
+  ok?: true;
+  code?: string;
+  message?: string;
+  ms: number;
+}
+
+function rank(rank: number, size: number, store: string): Promise<Outcome> {
+  return new Promise((resolve, reject) => {
+    const env = { ...process.env, WEFT_RANK: String(rank), WEFT_WORLD_SIZE: String(size), WEFT_STORE: store, WEFT_PREFIX: 'join-test' };
+    const child = spawn(process.execPath, [RANK], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    child.stdout.on('data', (d) => (out += d));
+    child.stderr.on('data', (d) => (out += d));
+    const guard = setTimeout(() => child.kill('SIGKILL'), 60_000);
+    child.on('exit', () => {
+      clearTimeout(guard);
+      const line = out.split('\n').find((l) => l.startsWith('{'));
+      if (!line) return reject(new Error(`rank ${rank} printed no outcome:\n${out}`));
+      resolve(JSON.parse(line) as Outcome);
+    });
+  });
+}
+
+async function job(sizes: number[]): Promise<Outcome[]> {
+  const dir = mkdtempSync(path.join(tmpdir(), 'weft-join-'));
+  try {
+    return await Promise.all(sizes.map((size, r) => rank(r, size, `file://${dir}`)));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+for (const sizes of [[2, 3], [3, 2], [3, 3, 2]]) {
+  test(`world sizes ${sizes.join(', ')}: every rank fails with EINVAL naming the size, well before its timeout`, async () => {
+    const outcomes = await job(sizes);
+    outcomes.forEach((o, r) => {
+      assert.is(o.code, 'EINVAL', `rank ${r}: ${JSON.stringify(o)}`);
+      assert.match(o.message as string, /world size/, `rank ${r}: ${o.message}`);
+      assert.match(o.message as string, new RegExp(`^rank ${r}\\b`), `rank ${r}'s message names another rank first: ${o.message}`);
+      // The timeout is 20 s: failing by the published reason takes a store slice (250 ms).
+      assert.ok(o.ms < 15_000, `rank ${r} failed after ${Math.round(o.ms)} ms: by timeout, not by the published reason`);
+    });
+  });
+}
+
+test('the same sizes join (the check does not refuse a good job)', async () => {
+  const outcomes = await job([2, 2]);
+  outcomes.forEach((o, r) => assert.ok(o.ok, `rank ${r}: ${JSON.stringify(o)}`));
+});
+
+test.run();

@@ -1,0 +1,16 @@
+/**
+ * Joins a job from WEFT_RANK / WEFT_WORLD_SIZE / WEFT_STORE / WEFT_PREFIX and prints one JSON
+ * line: {ok} or {code, message}, with the milliseconds init took (test/rendezvous/join.test.ts).
+ */
+import { init, type WeftError } from '../../../src/index.js';
+
+const t0 = performance.now();
+try {
+  const ctx = await init({ timeoutMs: 20_000 });
+  console.log(JSON.stringify({ ok: true, ms: performance.now() - t0 }));
+  await ctx.close();
+} catch (err) {
+  const e = err as WeftError;
+  console.log(JSON.stringify({ code: e.code, message: e.message, ms: performance.now() - t0 }));
+  process.exitCode = 1;
+}
