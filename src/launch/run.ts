@@ -19,6 +19,7 @@ import { WeftError } from '../errors.js';
 import { native } from '../native/binding.js';
 import { sweepProcessSegments } from '../nic/index.js';
 import { TcpStoreServer } from '../rendezvous/stores/tcp/server.js';
+import { PrefixClaim } from './prefix-claim.js';
 
 export interface LaunchOptions {
   /** Ranks on this host. */
@@ -68,6 +69,9 @@ export async function launch(o: LaunchOptions): Promise<number> {
   const prefix = o.prefix ?? `job-${Date.now().toString(36)}-${randomBytes(3).toString('hex')}`;
   const world = nnodes * o.ranks;
   const command = scriptCommand(o.script);
+  // A shared store: no other job may use this prefix while this one runs (the store we host
+  // holds this job alone).
+  const claim = o.store ? await PrefixClaim.take(o.store, prefix, nodeRank) : undefined;
 
   const children: ChildProcess[] = [];
   const exits: ({ code: number | null; signal: NodeJS.Signals | null } | undefined)[] = new Array(o.ranks).fill(undefined);
@@ -137,6 +141,8 @@ export async function launch(o: LaunchOptions): Promise<number> {
   process.off('SIGINT', onSignal);
   process.off('SIGTERM', onSignal);
   await server?.close();
+  // After a failure the ranks could not remove the job's keys; node 0 does (a clean job's last rank did).
+  await claim?.release(failure !== undefined && nodeRank === 0);
   if (failure) {
     const clean = exits.filter((e) => e && e.code === 0 && !e.signal).length;
     err.write(`weft run: ${failure}; stopped the job (${clean} of ${o.ranks} local ranks had finished cleanly)\n`);

@@ -46,6 +46,14 @@ each('set/get/delete round trip bytes exactly', async (_b, s) => {
   await rejects(s.get('bin', { timeoutMs: 0 }), 'ETIMEDOUT', /'.*bin'/);
 });
 
+each('timeoutMs 0 looks once: an existing key is found, a missing one fails at once', async (_b, s) => {
+  await s.set('there', enc('yes'));
+  assert.is(dec(await s.get('there', { timeoutMs: 0 })), 'yes');
+  assert.equal((await s.multiGet(['there'], { timeoutMs: 0 })).map(dec), ['yes']);
+  await s.wait(['there'], { timeoutMs: 0 });
+  await rejects(s.get('absent', { timeoutMs: 0 }), 'ETIMEDOUT', /'.*absent'/);
+});
+
 each('multiSet/multiGet keep order; wait resolves when all exist', async (_b, s) => {
   const keys = [...Array(8).keys()].map((i) => `rank/${i}`);
   await s.multiSet(keys.map((k, i) => [k, enc(`addr-${i}`)]));

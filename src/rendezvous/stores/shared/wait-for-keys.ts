@@ -6,6 +6,9 @@
 import { WeftError } from '../../../errors.js';
 import { Deadline, type WaitOptions } from '../../../util/deadline.js';
 
+/** How long a look with timeoutMs 0 may take to answer. */
+const LOOK_MS = 5000;
+
 /** Lists keys for messages without flooding them. */
 export function listKeys(keys: string[], max = 10): string {
   const shown = keys.slice(0, max).map((k) => `'${k}'`).join(', ');
@@ -71,7 +74,11 @@ export async function waitForKeys(spec: WaitSpec): Promise<void> {
 async function waitLoop(spec: WaitSpec, deadline: Deadline, missing: Set<string>): Promise<void> {
   const total = spec.keys.length;
   if (deadline.signal?.aborted) throw waitError(spec.what, deadline, [...missing], total);
-  const first = new Set(await spec.check([...missing], deadline));
+  // timeoutMs 0 means "look once, do not wait": the look itself still gets time to answer
+  // (a Redis round trip raced against a 0 ms deadline always lost: get(k, { timeoutMs: 0 })
+  // failed for keys that existed).
+  const look = deadline.timeoutMs === 0 ? new Deadline(LOOK_MS, deadline.signal) : deadline;
+  const first = new Set(await spec.check([...missing], look));
   for (const k of [...missing]) if (!first.has(k)) missing.delete(k);
   if (missing.size === 0) return;
   checkWait(spec.what, deadline, [...missing], total);

@@ -1,0 +1,103 @@
+/**
+ * A launcher's claim on its job's prefix in a shared store. Two jobs started with the same
+ * `--prefix` used to meet inside the store: ranks of one connected to ranks of the other,
+ * then both failed with EEXIST, and the failed jobs' keys blocked the prefix for 24 hours.
+ * Now every launcher writes `<prefix>.launcher/<node rank>` once before it starts a rank: a
+ * second job with that prefix stops before any rank runs, with an error naming the launcher
+ * that holds it. A claim whose launcher is dead (same host: its pid and start time are gone)
+ * is taken over, with the dead job's keys. The claim is removed when the job ends, and the
+ * prefix is purged after a failed job (a clean job's last rank purges it already).
+ */
+import { hostname } from 'node:os';
+import { WeftError } from '../errors.js';
+import { isPeerAlive, localIdentity, type ProcessIdentity } from '../host/identity.js';
+import { openStore } from '../rendezvous/open.js';
+import { PrefixStore } from '../rendezvous/prefix-store.js';
+import type { Store } from '../rendezvous/store.js';
+
+interface Holder {
+  identity: ProcessIdentity;
+  host: string;
+  since: string;
+}
+
+/** The claim of one launcher (release it when the job ends). */
+export class PrefixClaim {
+  private constructor(
+    /** Where the claims live: beside the job's keys, so purging the job keeps the claim. */
+    private readonly claims: PrefixStore,
+    private readonly job: PrefixStore,
+    private readonly key: string,
+    private readonly mine: Uint8Array,
+  ) {}
+
+  /**
+   * Claims `prefix` for node `nodeRank` of a job in the store at `url`; throws EEXIST naming
+   * the live launcher that holds it.
+   */
+  static async take(url: string, prefix: string, nodeRank: number, timeoutMs = 10_000): Promise<PrefixClaim> {
+    const raw: Store = await openStore(url, { timeoutMs });
+    const store = new PrefixStore(`${prefix}.launcher`, raw);
+    const job = new PrefixStore(prefix, raw, { closeInner: false });
+    const key = String(nodeRank);
+    const holder: Holder = { identity: localIdentity(), host: hostname(), since: new Date().toISOString() };
+    const mine = new TextEncoder().encode(JSON.stringify(holder));
+    try {
+      let stored = await store.compareSet(key, new Uint8Array(0), mine);
+      if (!same(stored, mine)) {
+        const other = parse(stored);
+        if (other && !isPeerAlive(other.identity)) {
+          // Its launcher died (SIGKILL, a crash) on this host: its job is over; take its place.
+          stored = await store.compareSet(key, stored, mine);
+          if (same(stored, mine)) await job.purge().catch(() => 0);
+        }
+        if (!same(stored, mine)) {
+          const who = other ? `the launcher pid ${other.identity.pid} on ${other.host}, since ${other.since}` : 'another launcher';
+          throw new WeftError('EEXIST', `weft run: the prefix '${prefix}' (node rank ${nodeRank}) is in use in ${redact(url)} by ${who}: two jobs with one prefix would connect to each other's ranks; give this job another --prefix (or none: a fresh one is made), or end that job`);
+        }
+      }
+      return new PrefixClaim(store, job, key, mine);
+    } catch (err) {
+      await raw.close().catch(() => {});
+      throw err;
+    }
+  }
+
+  /** Ends the claim; after a failed job also deletes the job's keys (node rank 0). */
+  async release(purge: boolean): Promise<void> {
+    try {
+      // Stores without purge() (none of weft's) keep the keys: the next job then fails with EEXIST.
+      if (purge) await this.job.purge().catch(() => 0);
+      const stored = await this.claims.get(this.key, { timeoutMs: 0 }).catch(() => undefined);
+      if (stored && same(stored, this.mine)) await this.claims.delete(this.key);
+    } catch {
+      // The store is gone: nothing left to release.
+    } finally {
+      await this.claims.close().catch(() => {});
+    }
+  }
+}
+
+function same(a: Uint8Array, b: Uint8Array): boolean {
+  return a.byteLength === b.byteLength && a.every((v, i) => v === b[i]);
+}
+
+function parse(bytes: Uint8Array): Holder | undefined {
+  try {
+    const h = JSON.parse(new TextDecoder().decode(bytes)) as Holder;
+    return h && typeof h.identity?.pid === 'number' && typeof h.identity.hostId === 'string' ? h : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** The URL without its password, for messages. */
+function redact(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password) u.password = '***';
+    return u.toString();
+  } catch {
+    return url;
+  }
+}
