@@ -88,6 +88,16 @@ export async function joinJob<M extends JobMember>(make: (parts: JobParts) => M,
     await multiGetOrFailure(store, [...Array(size).keys()].map((p) => `_connected/${p}`), rank, wait, (err) => {
       return new WeftError('ETIMEDOUT', `rank ${rank}: init: every rank published its addresses, but not every rank connected within the timeout: ${err.message}`, { cause: err });
     });
+    if (serve && size > 1) {
+      // This process hosts the store: it returns only once every rank has had its answer.
+      // A first call that blocks the event loop (a *Sync collective) would otherwise starve
+      // the server while a slower rank still waits for its `_connected` answer, and every
+      // rank would time out.
+      const others = [...Array(size).keys()].filter((p) => p !== rank).map((p) => `_ready/${p}`);
+      await multiGetOrFailure(store, others, rank, wait, (err) => new WeftError('ETIMEDOUT', `rank ${rank}: init: the store's host waited for every rank to leave init(): ${err.message}`, { cause: err }));
+    } else if (size > 1) {
+      await store.set(`_ready/${rank}`, new Uint8Array(0));
+    }
     return make({ rank, size, store, device, router, pairs, transport, style, serving: serve });
   } catch (err) {
     device?.close();

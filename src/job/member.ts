@@ -5,6 +5,7 @@
  * the collectives and copyrpc.
  */
 import type { WaitOptions } from '../util/deadline.js';
+import { isPeerAlive } from '../host/identity.js';
 import type { CompletionRouter } from '../nic/completion-router.js';
 import type { Device, QueuePair } from '../nic/types.js';
 import type { PrefixStore } from '../rendezvous/prefix-store.js';
@@ -89,7 +90,9 @@ export class JobMember {
       const left = await this.store.add('_left', 1);
       // The server's host leaves last, or the others lose their store mid-goodbye.
       if (this.serving) {
-        const others = this.pairs.flatMap((q, p) => (q ? [`_gone/${p}`] : []));
+        // A dead rank never says goodbye: waiting for it held a launcher-less job 5 s after a SIGKILL.
+        const dead = (q: QueuePair) => q.error?.code === 'EPEERDEAD' || (q.peerIdentity !== undefined && !isPeerAlive(q.peerIdentity));
+        const others = this.pairs.flatMap((q, p) => (q && !dead(q) ? [`_gone/${p}`] : []));
         await this.store.wait(others, { timeoutMs: options.timeoutMs ?? 5000, signal: options.signal }).catch(() => {});
       }
       await this.store.close({ purge: left === this.size });

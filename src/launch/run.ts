@@ -42,6 +42,11 @@ export interface LaunchOptions {
   color?: boolean;
   /** How long ranks get to exit after SIGTERM before SIGKILL (default 3000 ms). */
   graceMs?: number;
+  /**
+   * After a rank fails, how long the others get to see it and exit with their own error
+   * before they are sent SIGTERM (default 1000 ms).
+   */
+  failGraceMs?: number;
   /** Where output lines go (default process.stdout / process.stderr). */
   out?: NodeJS.WritableStream;
   err?: NodeJS.WritableStream;
@@ -79,14 +84,34 @@ export async function launch(o: LaunchOptions): Promise<number> {
   let stopping = false;
   let killTimer: NodeJS.Timeout | undefined;
 
+  /** ' (rank 2, pid 123, is stopped: SIGSTOP or a debugger)': the rank the others timed out waiting for. */
+  const stoppedRanks = () => {
+    const stopped = children.flatMap((c, local) => (c.pid && c.exitCode === null && native.processState(c.pid) === 'T' ? [`rank ${nodeRank * o.ranks + local}, pid ${c.pid}`] : []));
+    return stopped.length ? ` (${stopped.join('; ')}: stopped by SIGSTOP or a debugger, which the others waited for)` : '';
+  };
+  const running = () => children.filter((c) => c.exitCode === null && c.signalCode === null);
   const stopAll = (signal: NodeJS.Signals) => {
     if (stopping) return;
     stopping = true;
-    for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill(signal);
+    clearTimeout(graceTimer);
+    for (const c of running()) {
+      c.kill(signal);
+      // A stopped rank takes no signal but SIGKILL until it runs again.
+      if (c.pid && native.processState(c.pid) === 'T') c.kill('SIGCONT');
+    }
     killTimer = setTimeout(() => {
       for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
     }, o.graceMs ?? 3000);
     killTimer.unref();
+  };
+  // After one rank fails, the others get a moment to see it (weft fails their calls within
+  // ~0.2 s, naming the failed rank) and exit with their own error before they are stopped:
+  // stopped at once, they died of SIGTERM and the job's log said nothing of the cause.
+  let graceTimer: NodeJS.Timeout | undefined;
+  const rankFailed = () => {
+    if (stopping || graceTimer) return;
+    graceTimer = setTimeout(() => stopAll('SIGTERM'), o.failGraceMs ?? 1000);
+    graceTimer.unref();
   };
   const onSignal = (sig: NodeJS.Signals) => {
     failure ??= `interrupted by ${sig}`;
@@ -129,14 +154,15 @@ export async function launch(o: LaunchOptions): Promise<number> {
         // that exited cleanly left nothing: the sweep then finds nothing of its pid).
         if (child.pid) sweepProcessSegments(child.pid);
         if ((code !== 0 || signal) && !stopping) {
-          failure ??= `rank ${rank} ${signal ? `was killed by ${signal}` : `exited with status ${code}`}`;
-          stopAll('SIGTERM');
+          failure ??= `rank ${rank} ${signal ? `was killed by ${signal}` : `exited with status ${code}`}${stoppedRanks()}`;
+          rankFailed();
         }
         if (--remaining === 0) resolve();
       });
     }
   });
   await done;
+  clearTimeout(graceTimer);
   if (killTimer) clearTimeout(killTimer);
   process.off('SIGINT', onSignal);
   process.off('SIGTERM', onSignal);

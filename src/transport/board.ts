@@ -212,7 +212,7 @@ export class Board {
   private readonly probe = (): void => {
     const call = this.plan.call as BoardCall;
     this.device.probe();
-    if (this.device.failure) throw new WeftError(this.device.failure.code, `${call.what}: ${this.device.failure.message}`, { cause: this.device.failure });
+    if (this.device.failure) throw new WeftError(this.device.failure.code, `${call.what}: ${this.device.failure.message.replace(/^rank \d+: /, '')}`, { cause: this.device.failure });
     // A pair fails without aborting the job when nothing of the transport was in flight on
     // it, which is the case for a board call: look, or wait out the timeout for a dead rank.
     const dead = this.device.failedPeer();

@@ -22,10 +22,9 @@ interface Outcome {
   ms: number;
 }
 
-function rank(rank: number, size: number, store: string): Promise<Outcome> {
+function rank(rank: number, size: number, store: string, args: string[] = [], env: NodeJS.ProcessEnv = { WEFT_RANK: String(rank), WEFT_WORLD_SIZE: String(size), WEFT_STORE: store, WEFT_PREFIX: 'join-test' }): Promise<Outcome> {
   return new Promise((resolve, reject) => {
-    const env = { ...process.env, WEFT_RANK: String(rank), WEFT_WORLD_SIZE: String(size), WEFT_STORE: store, WEFT_PREFIX: 'join-test' };
-    const child = spawn(process.execPath, [RANK], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [RANK, ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     child.stdout.on('data', (d) => (out += d));
     child.stderr.on('data', (d) => (out += d));
@@ -63,6 +62,15 @@ for (const sizes of [[2, 3], [3, 2], [3, 3, 2]]) {
 
 test('the same sizes join (the check does not refuse a good job)', async () => {
   const outcomes = await job([2, 2]);
+  outcomes.forEach((o, r) => assert.ok(o.ok, `rank ${r}: ${JSON.stringify(o)}`));
+});
+
+test('torchrun style, rank 0 hosting the store: a blocking collective right after init() does not starve the others', async () => {
+  // Rank 0 used to return from init() while slower ranks still waited for the store's answer;
+  // its allreduceSync then blocked the event loop that serves the store, and every rank timed out.
+  const port = 20_000 + (process.pid % 20_000);
+  const env = (r: number) => ({ RANK: String(r), WORLD_SIZE: '4', MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(port), WEFT_STORE_SECRET: 'join-test-secret', WEFT_TIMEOUT_MS: '20000' });
+  const outcomes = await Promise.all([0, 1, 2, 3].map((r) => rank(r, 4, '', ['sync'], env(r))));
   outcomes.forEach((o, r) => assert.ok(o.ok, `rank ${r}: ${JSON.stringify(o)}`));
 });
 

@@ -19,6 +19,8 @@
 import { OP_NAMES, QueuePairBase } from '../queue-pair-base.js';
 import { WeftError, type WeftErrorCode } from '../../errors.js';
 import { isPeerAlive, type ProcessIdentity } from '../../host/identity.js';
+import { sweepDeadSegments } from '../../host/segments.js';
+import { sweepFabricSegments } from '../../host/fabric-segments.js';
 import type { LocalCompletions } from '../local-completions.js';
 import { Opcode, Status, type MemoryRegion, type QueuePair, type RemoteRegion } from '../types.js';
 import type { CommandBuffer } from './commands.js';
@@ -420,7 +422,13 @@ export class OfiQueuePair extends QueuePairBase implements QueuePair {
   }
 
   checkPeer(): void {
-    if (this.state === 'ready' && this.peer && !isPeerAlive(this.peer.identity)) this.fail(Status.PEER_DEAD, `${this.peerLabel} (pid ${this.peer.identity.pid}) is dead`);
+    if (this.state === 'ready' && this.peer && !isPeerAlive(this.peer.identity)) {
+      this.fail(Status.PEER_DEAD, `${this.peerLabel} (pid ${this.peer.identity.pid}) is dead`);
+      // A killed peer on this host left its shared memory (libfabric's shm provider keeps an
+      // endpoint region per process); without a launcher nobody else would remove it.
+      sweepDeadSegments(this.peer.identity.pid);
+      sweepFabricSegments(this.peer.identity.pid);
+    }
   }
 
   /** Credits granted but not yet published (published before sleeping). */
