@@ -122,4 +122,22 @@ for (const provider of hasOfi ? ['shm', 'ofi'] : ['shm']) {
   });
 }
 
+// The intra-host board (small allreduce, barrier) waited out the whole timeout and said
+// ETIMEDOUT: now its probe sees the dead rank, and every survivor says EPEERDEAD naming it.
+for (const what of ['allreduce 4 floats', 'barrier']) {
+  test(`4 ranks over shm, rank 3 killed in a loop of ${what} (the board): every survivor gets EPEERDEAD naming it`, async () => {
+    const port = await freePort();
+    const env = (rank: number) => ({ WEFT_PROVIDER: 'shm', RANK: String(rank), WORLD_SIZE: '4', MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(port), WEFT_STORE_SECRET: 'kill-test', WEFT_PREFIX: `killboard${process.pid}` });
+    const args = what === 'barrier' ? [RANK, 'kill', '4', 'barrier'] : [RANK, 'kill', '4'];
+    const results = await Promise.all([0, 1, 2, 3].map((rank) => run(args, env(rank), 60_000)));
+    assert.is(results[3].code, null, `rank 3 should die by SIGKILL: ${results[3].out}`);
+    for (const k of [0, 1, 2]) {
+      const m = /rank \d error after (\d+) ms (E[A-Z]+): (.*)/.exec(results[k].out);
+      assert.ok(m, `rank ${k}: ${results[k].out}`);
+      assert.is(m![2], 'EPEERDEAD', `rank ${k}: ${m![3]}`);
+      assert.match(m![3], /rank 3\b/, `rank ${k} should name rank 3: ${m![3]}`);
+    }
+  });
+}
+
 test.run();

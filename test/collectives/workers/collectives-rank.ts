@@ -2,7 +2,7 @@
 // argv[2] is the mode:
 //   matrix    every collective x dtypes x sizes, checked against a reference computed here
 //   mismatch  rank 1 passes a different length (or dtype, with argv[3] = 'dtype')
-//   kill      allreduce in a loop; the last rank SIGKILLs itself mid-way
+//   kill      allreduce (argv[3] elements; argv[4] 'barrier': barriers) in a loop; the last rank SIGKILLs itself mid-way
 //   shared    allreduce over ctx.alloc arrays read in place (shm), mixed with heap arrays
 // Prints "ok rank R: N checks" at the end, or throws (exit code 1) naming the failed case.
 import { init, WeftError, UnboundBuffer, createSendBuffer, createRecvBuffer, type ProcessGroup, type TypedArray } from '../../../src/index.js';
@@ -389,7 +389,8 @@ if (mode in checked) {
   try {
     for (let i = 0; ; i++) {
       if (rank === size - 1 && i === 20) process.kill(process.pid, 'SIGKILL');
-      await ctx.allreduce(x, { timeoutMs: 10_000 });
+      if (process.argv[4] === 'barrier') await ctx.barrier({ timeoutMs: 10_000 });
+      else await ctx.allreduce(x, { timeoutMs: 10_000 });
     }
   } catch (err) {
     console.log(`rank ${rank} error after ${Math.round(performance.now() - t0)} ms ${(err as WeftError).code}: ${(err as Error).message}`);
