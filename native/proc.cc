@@ -8,6 +8,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -32,7 +33,7 @@ bool ReadStat(int pid, char* state, unsigned long long* start) {
   buf[n] = 0;
   // The command name may hold spaces and parentheses: fields resume after the last ')'.
   char* p = std::strrchr(buf, ')');
-  if (p == nullptr) return false;
+  if (p == nullptr || p + 2 >= buf + n) return false;
   p += 2;
   *state = *p;
   // Field 3 is the state; starttime is field 22.
@@ -127,15 +128,16 @@ void UnlinkOwnSegments() {
 // a rank whose event loop is blocked (a loop of *Sync collectives never yields to timers)
 // cannot, so the thread then unlinks this process's shared memory and ends it. Without this a
 // rank in a sync loop outlived a SIGKILLed launcher forever, with its segments.
-bool watching = false;
+std::atomic<bool> watching{false};
 Napi::Value WatchLauncher(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (info.Length() < 3 || !info[0].IsNumber() || !info[1].IsNumber() || !info[2].IsNumber()) return Fail(env, "EINVAL", "watchLauncher(pid: number, startTime: number, graceMs: number)");
   int pid = info[0].As<Napi::Number>().Int32Value();
   double want = info[1].As<Napi::Number>().DoubleValue();
   int graceMs = info[2].As<Napi::Number>().Int32Value();
-  if (watching || pid <= 0) return Napi::Boolean::New(env, false);
-  watching = true;
+  if (graceMs < 0) graceMs = 0;
+  if (graceMs > 60000) graceMs = 60000;
+  if (pid <= 0 || watching.exchange(true)) return Napi::Boolean::New(env, false);
   std::thread([pid, want, graceMs]() {
     for (;;) {
       usleep(100 * 1000);
@@ -143,7 +145,7 @@ Napi::Value WatchLauncher(const Napi::CallbackInfo& info) {
       unsigned long long start = 0;
       bool alive = (kill(pid, 0) == 0 || errno == EPERM) && ReadStat(pid, &state, &start) && state != 'Z' && state != 'X' && (want < 0 || static_cast<double>(start) == want);
       if (alive) continue;
-      usleep(static_cast<useconds_t>(graceMs) * 1000);
+      for (int slept = 0; slept < graceMs; slept += 100) usleep(100 * 1000);
       UnlinkOwnSegments();
       char msg[160];
       int n = std::snprintf(msg, sizeof(msg), "weft: the launcher (pid %d) is gone and this rank (pid %d) did not exit on its own (a blocked event loop); it exits\n", pid, getpid());

@@ -5,8 +5,8 @@
  * "usec/xfer", and its MB/sec is a ping-pong rate, not a stream.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { createServer } from 'node:net';
 import { sweepProcessSegments } from '../../src/nic/index.js';
+import { freePort } from '../../harness/ports.js';
 
 export interface FiPingPong {
   provider: string;
@@ -17,17 +17,6 @@ export interface FiPingPong {
 
 export function haveFiPingPong(): boolean {
   return spawnSync('sh', ['-c', 'command -v fi_pingpong']).status === 0;
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address() as { port: number };
-      s.close(() => resolve(port));
-    });
-    s.on('error', reject);
-  });
 }
 
 /**

@@ -15,6 +15,12 @@ import type { Algorithm, CollectiveCall } from './call.js';
 /** Read once: process.env is a slow getter, and this is looked at on every call. */
 export const CHECK_CALLS = process.env.WEFT_CHECK === '1';
 
+/**
+ * One slot for every call's round, matched in order per pair (the records carry no call
+ * number: H.CALL 0, which the stale-message check skips). So WEFT_CHECK=1 also requires every
+ * rank to issue its calls in the same order, concurrent calls on distinct tags included; in
+ * exchange a different tag or collective on one rank is found at once.
+ */
 const SLOT = collectiveSlot('check', 0);
 const SIG = signature('check');
 const WORDS = 5;
@@ -27,7 +33,7 @@ function describe(w: Uint32Array, at: number): string {
 export function* agreement(c: CollectiveCall): Algorithm {
   const n = c.size;
   if (n === 1) return;
-  const round = c.device.nextCall(SLOT);
+
   const bytes = c.scratch(n * WORDS * 4);
   const w = new Uint32Array(bytes.buffer, bytes.byteOffset, n * WORDS);
   const me = c.rank * WORDS;
@@ -41,10 +47,8 @@ export function* agreement(c: CollectiveCall): Algorithm {
   for (let p = 0; p < n; p++) {
     if (p === c.rank) continue;
     const r = new RecvOp([p], SLOT, bytes.subarray(p * WORDS * 4, (p + 1) * WORDS * 4), WORDS * 4, SIG, undefined);
-    r.call = round;
     c.device.pair(p).post(r);
     const s = new SendOp(p, SLOT, mine, SIG, 0, 0);
-    s.call = round;
     c.device.pair(p).send(s);
     ops.push(r, s);
   }

@@ -132,6 +132,7 @@ export function beginCall(group: Group, collective: CollectiveName, options: Col
 
 /** A u32 that differs when counts differ (FNV-1a): the shape of a v-collective. */
 export function countsShape(counts: readonly number[]): number {
+  if (!CHECK_CALLS) return 0; // compared only by the WEFT_CHECK=1 round
   let h = 0x811c9dc5;
   for (const c of counts) h = Math.imul(h ^ c, 0x01000193) >>> 0;
   return h;
@@ -182,6 +183,9 @@ export async function runAsync(c: CollectiveCall, alg: Algorithm): Promise<void>
   } catch (err) {
     throw failed(c, err);
   }
+  // Awaited even when every step completes at once: a Promise call is always in flight until
+  // a later microtask, so a second call on the same tag issued beside it is always refused,
+  // never accepted or refused depending on how fast the first one ran.
   try {
     await driveAsync(c, CHECK_CALLS ? agreed(c, alg) : alg);
     c.device.finishCall(c.slot, c.call);

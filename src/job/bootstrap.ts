@@ -12,7 +12,7 @@ import { CompletionRouter } from '../nic/completion-router.js';
 import { localPlacement } from '../host/placement.js';
 import type { Device, DeviceOptions, QueuePairOptions } from '../nic/types.js';
 import { Device as TransportDevice, type TransportOptions } from '../transport/device.js';
-import { connectFullMeshWithExtras, multiGetOrFailure, publishJoinFailure } from '../rendezvous/full-mesh.js';
+import { awaitFailureReaders, connectFullMeshWithExtras, multiGetOrFailure, publishJoinFailure } from '../rendezvous/full-mesh.js';
 import { rankFromEnv, type EnvStyle } from '../rendezvous/env.js';
 import { openStore } from '../rendezvous/open.js';
 import { PrefixStore } from '../rendezvous/prefix-store.js';
@@ -77,6 +77,7 @@ export async function joinJob<M extends JobMember>(make: (parts: JobParts) => M,
   try {
     const job = prefix.replace(/[^A-Za-z0-9_-]/g, '_').slice(0, 48) || 'weft';
     device = await createDevice({ job, label: `rank ${rank}`, ...options.device });
+    await checkSameDebugMode(store, rank);
     const router = new CompletionRouter(device);
     const transport = new TransportDevice(router, rank, size, options.transport);
     const { qps: pairs, extras } = await connectFullMeshWithExtras(store, device, rank, size, { ...wait, qp: options.qp, extra: transport.descriptor() });
@@ -103,8 +104,22 @@ export async function joinJob<M extends JobMember>(make: (parts: JobParts) => M,
     device?.close();
     // The others then fail at once with this reason instead of timing out.
     await publishJoinFailure(store, err);
+    // Hosting the store, keep it up until they have read why (the publisher excepted).
+    if (serve && size > 2) await awaitFailureReaders(store, size - 2);
     await store.close().catch(() => {});
     throw err;
+  }
+}
+
+/**
+ * WEFT_CHECK=1 adds a round of messages to every collective: a job where only some ranks set
+ * it would time out in its first call. The first rank to arrive sets the job's mode.
+ */
+async function checkSameDebugMode(store: Store, rank: number): Promise<void> {
+  const mine = process.env.WEFT_CHECK === '1' ? '1' : '0';
+  const stored = new TextDecoder().decode(await store.compareSet('_check', new Uint8Array(0), new TextEncoder().encode(mine)));
+  if (stored !== mine) {
+    throw new WeftError('EINVAL', `rank ${rank} runs with WEFT_CHECK=${mine}, the job's first rank to arrive with WEFT_CHECK=${stored}: set it alike on every rank (it adds a round of messages to every collective)`);
   }
 }
 

@@ -49,10 +49,15 @@ export class PrefixClaim {
         if (other && !isPeerAlive(other.identity)) {
           // Its launcher died (SIGKILL, a crash) on this host: its job is over; take its place.
           stored = await store.compareSet(key, stored, mine);
-          if (same(stored, mine)) await job.purge().catch(() => 0);
+          if (same(stored, mine)) {
+            // Its ranks end within the watchdog's grace (1.5 s after their launcher died): purge after.
+            await new Promise((r) => setTimeout(r, 2000));
+            await job.purge().catch(() => 0);
+          }
         }
         if (!same(stored, mine)) {
-          const who = other ? `the launcher pid ${other.identity.pid} on ${other.host}, since ${other.since}` : 'another launcher';
+          const holder = parse(stored) ?? other;
+          const who = holder ? `the launcher pid ${holder.identity.pid} on ${holder.host}, since ${holder.since}` : 'another launcher';
           throw new WeftError('EEXIST', `weft run: the prefix '${prefix}' (node rank ${nodeRank}) is in use in ${redact(url)} by ${who}: two jobs with one prefix would connect to each other's ranks; give this job another --prefix (or none: a fresh one is made), or end that job`);
         }
       }

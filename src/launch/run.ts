@@ -167,8 +167,10 @@ export async function launch(o: LaunchOptions): Promise<number> {
   process.off('SIGINT', onSignal);
   process.off('SIGTERM', onSignal);
   await server?.close();
-  // After a failure the ranks could not remove the job's keys; node 0 does (a clean job's last rank did).
-  await claim?.release(failure !== undefined && nodeRank === 0);
+  // After a failure the ranks could not remove the job's keys; the launcher does (a clean
+  // job's last rank did). Of a job on several hosts, other hosts' ranks may still be using
+  // them: its keys expire with the store's TTL, or go with the next claim's takeover.
+  await claim?.release(failure !== undefined && nnodes === 1);
   if (failure) {
     const clean = exits.filter((e) => e && e.code === 0 && !e.signal).length;
     err.write(`weft run: ${failure}; stopped the job (${clean} of ${o.ranks} local ranks had finished cleanly)\n`);

@@ -22,10 +22,12 @@ const EXTRA = 0xffffffff;
  * failed rank vanish (EPEERDEAD).
  */
 export const JOIN_FAILURE_KEY = '_join-failure';
-/** The world size, first writer wins: a rank started with another size fails at once. */
-const WORLD_KEY = '_world';
-/** How often a waiting rank looks for a published join failure. */
-const SLICE_MS = 250;
+/** How often a waiting rank looks for a published join failure: 250 ms, doubling to 2 s (a
+ * store serving many slow-starting ranks must not be polled hard). */
+const FIRST_SLICE_MS = 250;
+const MAX_SLICE_MS = 2000;
+/** Said with reasons read from the store: they may be a previous job's. */
+const STALE_HINT = ' (if no rank of this job did that, a previous job with this store prefix left its keys: use a fresh prefix)';
 /** Join failures read from the store (not republished). */
 const readFromStore = new WeakSet<object>();
 const CODES = /^(EINVAL|ETIMEDOUT|EABORTED|EPEERDEAD|EPROTO|ETRANSPORT|EEXIST|ECLOSED) ([^]*)$/;
@@ -51,6 +53,20 @@ export async function publishJoinFailure(store: Store, err: unknown): Promise<vo
   }
 }
 
+/**
+ * For a rank hosting the store that is about to fail: waits (at most `ms`) until `readers`
+ * other ranks have read the published failure, so they fail with its reason, not with a lost
+ * connection to the store.
+ */
+export async function awaitFailureReaders(store: Store, readers: number, ms = 3000): Promise<void> {
+  const until = performance.now() + ms;
+  while (performance.now() < until) {
+    const seen = await store.add(`${JOIN_FAILURE_KEY}-seen`, 0).catch(() => readers);
+    if (seen >= readers) return;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
 /** The failure another rank published, as an error of this rank, if any. */
 export async function joinFailure(store: Store, rank: number): Promise<WeftError | undefined> {
   let bytes: Uint8Array;
@@ -61,38 +77,42 @@ export async function joinFailure(store: Store, rank: number): Promise<WeftError
   }
   const text = new TextDecoder().decode(bytes);
   const m = CODES.exec(text);
-  const err = new WeftError((m?.[1] ?? 'EINVAL') as WeftError['code'], `rank ${rank}: the job cannot start: ${m ? m[2] : text}`);
+  const err = new WeftError((m?.[1] ?? 'EINVAL') as WeftError['code'], `rank ${rank}: the job cannot start: ${m ? m[2] : text}${STALE_HINT}`);
   readFromStore.add(err);
   return err;
 }
 
 /**
- * `store.multiGet(keys)` that also fails, within SLICE_MS, when a rank of the job published a
+ * `store.multiGet(keys)` that also fails, within a slice (250 ms, then up to 2 s), when a rank of the job published a
  * join failure. The timeout error is the caller's to word (`onTimeout`).
  */
 export async function multiGetOrFailure(store: Store, keys: string[], rank: number, options: WaitOptions, onTimeout: (err: WeftError) => Promise<WeftError> | WeftError): Promise<Uint8Array[]> {
   const deadline = new Deadline(options.timeoutMs, options.signal);
-  for (;;) {
-    const slice = Math.max(0, Math.min(deadline.remaining(), SLICE_MS));
+  for (let sliceMs = FIRST_SLICE_MS; ; sliceMs = Math.min(2 * sliceMs, MAX_SLICE_MS)) {
+    const slice = Math.max(0, Math.min(deadline.remaining(), sliceMs));
     try {
       return await store.multiGet(keys, { timeoutMs: slice, signal: options.signal });
     } catch (err) {
       if ((err as WeftError).code !== 'ETIMEDOUT') throw err;
       const failed = await joinFailure(store, rank);
-      if (failed) throw failed;
+      if (failed) {
+        // Counted, so that a rank hosting the store keeps it up until the others have read this.
+        await store.add(`${JOIN_FAILURE_KEY}-seen`, 1).catch(() => 0);
+        throw failed;
+      }
       if (deadline.remaining() <= 0) throw await onTimeout(err as WeftError);
     }
   }
 }
 
 /** Every rank must be started with the same world size: the first one's is the job's. */
-async function checkWorldSize(store: Store, rank: number, size: number): Promise<void> {
+async function checkWorldSize(store: Store, ns: string, rank: number, size: number): Promise<void> {
   const mine = new Uint8Array(4);
   new DataView(mine.buffer).setUint32(0, size, true);
-  const stored = await store.compareSet(WORLD_KEY, new Uint8Array(0), mine);
+  const stored = await store.compareSet(`${ns}/world`, new Uint8Array(0), mine);
   const theirs = stored.byteLength === 4 ? new DataView(stored.buffer, stored.byteOffset, 4).getUint32(0, true) : -1;
   if (theirs !== size) {
-    throw new WeftError('EINVAL', `rank ${rank} was started with world size ${size}, but the job's first rank to arrive was started with ${theirs < 0 ? 'an unreadable size' : theirs}: start every rank with the same world size (WEFT_WORLD_SIZE, -n)`);
+    throw new WeftError('EINVAL', `rank ${rank} was started with world size ${size}, but the job's first rank to arrive was started with ${theirs < 0 ? 'an unreadable size' : theirs}: start every rank with the same world size (WEFT_WORLD_SIZE, -n), and a fresh prefix per job (a previous job's keys say the size of that job)`);
   }
 }
 
@@ -181,7 +201,7 @@ export async function connectFullMeshWithExtras(store: Store, device: Device, ra
   const qps: (QueuePair | undefined)[] = [];
   for (let p = 0; p < size; p++) qps.push(p === rank ? undefined : device.createQueuePair({ ...options.qp, peerLabel: `rank ${p}` }));
   try {
-    await checkWorldSize(store, rank, size);
+    await checkWorldSize(store, ns, rank, size);
     await store.set(`${ns}/${rank}`, encodeMeshBlob(rank, size, qps.map((q) => q?.address()), options.extra), { once: true });
     const peers = [...Array(size).keys()].filter((p) => p !== rank);
     const keys = peers.map((p) => `${ns}/${p}`);

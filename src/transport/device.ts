@@ -62,8 +62,6 @@ export class Device implements PairHost, CompletionSink {
   private readonly calls = new Map<number, number>();
   /** Slots with a message-based call in flight: a second one on the same slot would mix their messages. */
   private readonly busySlots = new Set<number>();
-  /** The last message-based call finished per slot (Pair checks arrivals against it). */
-  private readonly finished = new Map<number, number>();
   readonly nic: NicDevice;
   private readonly byQpn: (Pair | undefined)[] = [];
   /** Failed completions of the batch being dispatched: handled after its messages. */
@@ -250,8 +248,16 @@ export class Device implements PairHost, CompletionSink {
     this.busySlots.delete(slot);
   }
 
-  finishedCall(slot: number): number {
-    return this.finished.get(slot) ?? 0;
+  /**
+   * A message of call `call` of `slot` arriving now is stale: this rank has started that call
+   * or a later one on the slot, and it is not the call in flight there. Calls on a slot run
+   * one at a time (claimSlot; board calls in sequence), so every earlier call has ended.
+   * Compared with the calls started (every path counts them), not with the message-based
+   * calls finished: board calls in between would let that number fall 2^31 behind and wrap.
+   */
+  isStale(slot: number, call: number): boolean {
+    const started = this.calls.get(slot) ?? 0;
+    return ((call - started) | 0) <= 0 && !(call === started && this.busySlots.has(slot));
   }
 
   /**
@@ -260,7 +266,6 @@ export class Device implements PairHost, CompletionSink {
    * the job (EINVAL) and throws it here.
    */
   finishCall(slot: number, call: number): void {
-    this.finished.set(slot, call);
     for (const p of this.pairs) {
       const stale = p?.checkStale(slot, call);
       if (stale) throw stale;

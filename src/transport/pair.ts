@@ -37,8 +37,8 @@ export interface PairHost {
   peerAborted(peer: number, reason: string): void;
   /** Buffers for messages that arrive before their receive. */
   readonly pool: BytePool;
-  /** The last call of `slot` this rank has finished (0: none): a message for it is stale. */
-  finishedCall(slot: number): number;
+  /** A message of call `call` of `slot` arriving now belongs to a call this rank has ended. */
+  isStale(slot: number, call: number): boolean;
   /** The registered region `view` lies in, if it does (arrays from `ctx.alloc`). */
   regionOf?(view: Uint8Array): MemoryRegion | undefined;
 }
@@ -324,7 +324,7 @@ export class Pair {
         // A collective message for a call this rank has already finished was never asked for:
         // the ranks disagree (every rank took itself for the root, say). Left queued, it would
         // be taken for a later call's data.
-        if (call !== 0 && ((call - this.host.finishedCall(slot)) | 0) <= 0) {
+        if (call !== 0 && this.host.isStale(slot, call)) {
           this.stale(slot, sig, call);
           return;
         }

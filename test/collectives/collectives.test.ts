@@ -6,9 +6,9 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { spawn } from 'node:child_process';
-import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { freePort } from '../../harness/ports.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(here, '..', '..', '..');
@@ -95,15 +95,6 @@ test('ranks passing different dtypes: the error names both calls', async () => {
   for (let k = 0; k < 3; k++) assert.match(r.out, new RegExp(`rank ${k} error EINVAL`), r.out);
   assert.match(r.out, /allreduce\(float32, sum\).*allreduce\(float64, sum\)|allreduce\(float64, sum\).*allreduce\(float32, sum\)/, r.out);
 });
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve) => {
-    const s = net.createServer().listen(0, '127.0.0.1', () => {
-      const port = (s.address() as net.AddressInfo).port;
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 for (const provider of hasOfi ? ['shm', 'ofi'] : ['shm']) {
   test(`a rank killed mid-allreduce (${provider}): the others reject within the timeout, naming it`, async () => {

@@ -12,6 +12,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import path from 'node:path';
+import { freePort } from '../../harness/ports.js';
 
 const RANK = path.join(path.dirname(fileURLToPath(import.meta.url)), 'workers', 'join-rank.js');
 
@@ -68,7 +69,7 @@ test('the same sizes join (the check does not refuse a good job)', async () => {
 test('torchrun style, rank 0 hosting the store: a blocking collective right after init() does not starve the others', async () => {
   // Rank 0 used to return from init() while slower ranks still waited for the store's answer;
   // its allreduceSync then blocked the event loop that serves the store, and every rank timed out.
-  const port = 20_000 + (process.pid % 20_000);
+  const port = await freePort();
   const env = (r: number) => ({ RANK: String(r), WORLD_SIZE: '4', MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(port), WEFT_STORE_SECRET: 'join-test-secret', WEFT_TIMEOUT_MS: '20000' });
   const outcomes = await Promise.all([0, 1, 2, 3].map((r) => rank(r, 4, '', ['sync'], env(r))));
   outcomes.forEach((o, r) => assert.ok(o.ok, `rank ${r}: ${JSON.stringify(o)}`));
