@@ -367,6 +367,15 @@ test('raw sockets: requests before AUTH, garbage, a wrong or a replayed proof ar
       if (first.length) assert.is(((await c.next()) as FrameReader).code, Status.OK, 'the challenge');
       assert.ok(await c.untilClosed(), 'closed without answering the requests');
     }
+    // A huge frame announced before authenticating: cut off at its length word, never buffered.
+    {
+      const c = await RawClient.open(port);
+      const head = Buffer.alloc(4);
+      head.writeUInt32LE(32 << 20, 0);
+      c.send(head);
+      assert.ok(await c.untilClosed(), 'a 32 MiB frame before AUTH closes the connection');
+      assert.ok(logs.some((l) => /frame length 33554432 outside \[5, 1024\]/.test(l)), logs.join('\n'));
+    }
     // Garbage where the AUTH belongs.
     {
       const c = await RawClient.open(port);

@@ -225,7 +225,8 @@ export class FrameSplitter {
   private chunks: Buffer[] = [];
   private have = 0;
 
-  constructor(private readonly maxFrame: number) {}
+  /** Frames longer than this are a protocol error (raised once the peer has authenticated). */
+  constructor(public maxFrame: number) {}
 
   push(chunk: Buffer): Buffer[] {
     this.chunks.push(chunk);

@@ -28,7 +28,7 @@ export interface TcpStoreServerOptions {
    * reaches the port can read, change and delete every key.
    */
   secret?: string | null;
-  /** A connection that has not completed the handshake within this many ms is closed (default 30 000). */
+  /** A connection that has not completed the handshake within this many ms is closed (default 10 000). */
   handshakeTimeoutMs?: number;
 }
 
@@ -52,7 +52,17 @@ interface Conn {
   nonces?: { client: Uint8Array; server: Buffer };
   /** Closes the connection if the handshake does not complete in time. */
   handshakeTimer?: NodeJS.Timeout;
+  /** Small frames only until the handshake completes. */
+  splitter: FrameSplitter;
 }
+
+/**
+ * Before a client has authenticated it may send only handshake frames (well under 1 KiB), and
+ * only so many clients may be in their handshake at once: a stranger cannot make the server
+ * buffer 64 MiB frames, nor hold connections open by the thousand.
+ */
+const HANDSHAKE_FRAME_BYTES = 1024;
+const MAX_HANDSHAKES = 256;
 
 /**
  * Serves the TcpStore protocol (see protocol.ts) from memory. Waits are held on the
@@ -87,7 +97,7 @@ export class TcpStoreServer {
     secret: string | null,
   ) {
     this.log = options.log ?? ((m) => console.error(m));
-    this.handshakeTimeoutMs = options.handshakeTimeoutMs ?? 30_000;
+    this.handshakeTimeoutMs = options.handshakeTimeoutMs ?? 10_000;
     this.#secret = secret;
     this.#key = secret === null ? undefined : secretKey(secret);
     server.on('connection', (s) => this.accept(s));
@@ -144,17 +154,24 @@ export class TcpStoreServer {
   }
 
   private accept(socket: Socket): void {
-    const conn: Conn = { socket, label: `${socket.remoteAddress}:${socket.remotePort}`, waiters: new Map(), stage: 'hello' };
+    const label = `${socket.remoteAddress}:${socket.remotePort}`;
+    let handshaking = 0;
+    for (const c of this.conns) if (c.stage !== 'ready') handshaking++;
+    if (handshaking >= MAX_HANDSHAKES) {
+      this.log(`weft TcpStoreServer ${this.url}: refusing the connection from ${label}: ${MAX_HANDSHAKES} connections are already in their handshake`);
+      socket.destroy();
+      return;
+    }
+    const conn: Conn = { socket, label, waiters: new Map(), stage: 'hello', splitter: new FrameSplitter(HANDSHAKE_FRAME_BYTES) };
     this.conns.add(conn);
     conn.handshakeTimer = setTimeout(() => {
       // (A denied client was logged already; this only cuts it off if it never closed its side.)
       if (conn.stage !== 'closing') this.log(`weft TcpStoreServer ${this.url}: closing the connection from ${conn.label}: no completed handshake within ${this.handshakeTimeoutMs} ms`);
       socket.destroy();
     }, this.handshakeTimeoutMs);
-    const splitter = new FrameSplitter(this.maxFrame);
     socket.on('data', (chunk: Buffer) => {
       try {
-        for (const frame of splitter.push(chunk)) {
+        for (const frame of conn.splitter.push(chunk)) {
           if (conn.stage === 'closing') break;
           this.handle(conn, new FrameReader(frame));
         }
@@ -291,6 +308,7 @@ export class TcpStoreServer {
 
   private ready(conn: Conn): void {
     conn.stage = 'ready';
+    conn.splitter.maxFrame = this.maxFrame;
     clearTimeout(conn.handshakeTimer);
     conn.handshakeTimer = undefined;
   }
