@@ -269,7 +269,9 @@ export class CompletionRouter {
         if (!w.ready()) {
           const { deadline } = w.call;
           if (!deadline.signal?.aborted && deadline.remaining() > 0) continue;
-          deadline.check(w.call.what);
+          // The deadline passed since ready() looked: ask once more, for the owner's own
+          // timeout error (it names what it waited for, and a stopped peer).
+          if (!w.ready()) deadline.check(w.call.what);
         }
       } catch (e) {
         err = e ?? new WeftError('ETRANSPORT', `${w.call.what}: failed`);
