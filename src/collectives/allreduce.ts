@@ -172,8 +172,9 @@ export async function allreduce<T extends TypedArray>(g: Group, input: T, option
   if (CHECK_CALLS && (p.board || p.shared)) await driveAsync(p.c, agreement(p.c));
   if (p.board) {
     await p.board.board.exchangeAsync(p.board.inB, p.c.sig, p.c, p.board.fold);
+    p.c.device.markFinished(p.c.slot, p.c.call);
   } else if (p.shared && (await sharedAllreduce(p.shared))) {
-    // done in place
+    p.c.device.markFinished(p.c.slot, p.c.call);
   } else {
     await runAsync(p.c, p.alg as Algorithm);
   }
@@ -186,8 +187,9 @@ export function allreduceSync<T extends TypedArray>(g: Group, input: T, options:
   if (CHECK_CALLS && (p.board || p.shared)) driveSync(p.c, agreement(p.c));
   if (p.board) {
     p.board.board.exchangeSync(p.board.inB, p.c.sig, p.c, p.board.fold);
+    p.c.device.markFinished(p.c.slot, p.c.call);
   } else if (p.shared && sharedAllreduceSync(p.shared)) {
-    // done in place
+    p.c.device.markFinished(p.c.slot, p.c.call);
   } else {
     runSync(p.c, p.alg as Algorithm);
   }

@@ -36,6 +36,7 @@ export async function barrier(g: Group, options: CollectiveOptions = {}): Promis
   if (!board) return runAsync(c, dissemination(c));
   if (CHECK_CALLS) await driveAsync(c, agreement(c));
   await board.exchangeAsync(EMPTY, c.sig, c);
+  c.device.markFinished(c.slot, c.call);
 }
 
 export function barrierSync(g: Group, options: CollectiveOptions = {}): void {
@@ -44,4 +45,5 @@ export function barrierSync(g: Group, options: CollectiveOptions = {}): void {
   if (!board) return runSync(c, dissemination(c));
   if (CHECK_CALLS) driveSync(c, agreement(c));
   board.exchangeSync(EMPTY, c.sig, c);
+  c.device.markFinished(c.slot, c.call);
 }

@@ -62,6 +62,8 @@ export class Device implements PairHost, CompletionSink {
   private readonly calls = new Map<number, number>();
   /** Slots with a message-based call in flight: a second one on the same slot would mix their messages. */
   private readonly busySlots = new Set<number>();
+  /** The last call ended per slot (Pair checks arrivals against it). */
+  private readonly finished = new Map<number, number>();
   readonly nic: NicDevice;
   private readonly byQpn: (Pair | undefined)[] = [];
   /** Failed completions of the batch being dispatched: handled after its messages. */
@@ -248,16 +250,19 @@ export class Device implements PairHost, CompletionSink {
     this.busySlots.delete(slot);
   }
 
-  /**
-   * A message of call `call` of `slot` arriving now is stale: this rank has started that call
-   * or a later one on the slot, and it is not the call in flight there. Calls on a slot run
-   * one at a time (claimSlot; board calls in sequence), so every earlier call has ended.
-   * Compared with the calls started (every path counts them), not with the message-based
-   * calls finished: board calls in between would let that number fall 2^31 behind and wrap.
-   */
+  /** A message of call `call` of `slot` arriving now belongs to a call this rank has ended. */
   isStale(slot: number, call: number): boolean {
-    const started = this.calls.get(slot) ?? 0;
-    return ((call - started) | 0) <= 0 && !(call === started && this.busySlots.has(slot));
+    const done = this.finished.get(slot);
+    return done !== undefined && ((call - done) | 0) <= 0;
+  }
+
+  /**
+   * Call `call` of `slot` ended on a path without messages (the board, the shared allreduce):
+   * the stale check compares with it, so that board calls between two message-based calls on
+   * one tag never let the last finished number fall 2^31 behind and wrap.
+   */
+  markFinished(slot: number, call: number): void {
+    this.finished.set(slot, call);
   }
 
   /**
@@ -266,6 +271,7 @@ export class Device implements PairHost, CompletionSink {
    * the job (EINVAL) and throws it here.
    */
   finishCall(slot: number, call: number): void {
+    this.finished.set(slot, call);
     for (const p of this.pairs) {
       const stale = p?.checkStale(slot, call);
       if (stale) throw stale;
