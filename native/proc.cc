@@ -46,6 +46,22 @@ bool ReadStat(int pid, char* state, unsigned long long* start) {
   return true;
 }
 
+// The state letter of a live process (not a zombie) that started at `want` ticks (want < 0:
+// any start), or 0 when there is none: the one liveness test of processAlive, processState
+// and the launcher watchdog. kill(pid, 0) first: it is cheaper than reading /proc.
+char LiveState(int pid, double want) {
+  if (pid <= 0 || (kill(pid, 0) != 0 && errno != EPERM)) return 0;
+  char state = 0;
+  unsigned long long start = 0;
+  if (!ReadStat(pid, &state, &start) || state == 'Z' || state == 'X') return 0;
+  if (want >= 0 && static_cast<double>(start) != want) return 0;
+  return state;
+}
+
+double OptionalStart(const Napi::CallbackInfo& info) {
+  return info.Length() >= 2 && info[1].IsNumber() ? info[1].As<Napi::Number>().DoubleValue() : -1;
+}
+
 // processStartTime(pid): start time in clock ticks since boot, or -1 when dead or a zombie.
 Napi::Value ProcessStartTime(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -63,17 +79,7 @@ Napi::Value ProcessStartTime(const Napi::CallbackInfo& info) {
 Napi::Value ProcessAlive(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (info.Length() < 1 || !info[0].IsNumber()) return Fail(env, "EINVAL", "processAlive(pid: number, startTime?: number)");
-  int pid = info[0].As<Napi::Number>().Int32Value();
-  if (pid <= 0) return Napi::Boolean::New(env, false);
-  if (kill(pid, 0) != 0 && errno != EPERM) return Napi::Boolean::New(env, false);
-  char state = 0;
-  unsigned long long start = 0;
-  if (!ReadStat(pid, &state, &start) || state == 'Z' || state == 'X') return Napi::Boolean::New(env, false);
-  if (info.Length() >= 2 && info[1].IsNumber()) {
-    double want = info[1].As<Napi::Number>().DoubleValue();
-    if (want >= 0 && static_cast<double>(start) != want) return Napi::Boolean::New(env, false);
-  }
-  return Napi::Boolean::New(env, true);
+  return Napi::Boolean::New(env, LiveState(info[0].As<Napi::Number>().Int32Value(), OptionalStart(info)) != 0);
 }
 
 // processState(pid, startTime?): the state letter of /proc/<pid>/stat ("R", "S", "D", "T"
@@ -83,15 +89,8 @@ Napi::Value ProcessAlive(const Napi::CallbackInfo& info) {
 Napi::Value ProcessState(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (info.Length() < 1 || !info[0].IsNumber()) return Fail(env, "EINVAL", "processState(pid: number, startTime?: number)");
-  int pid = info[0].As<Napi::Number>().Int32Value();
-  char state = 0;
-  unsigned long long start = 0;
-  if (pid <= 0 || !ReadStat(pid, &state, &start) || state == 'Z' || state == 'X') return Napi::String::New(env, "");
-  if (info.Length() >= 2 && info[1].IsNumber()) {
-    double want = info[1].As<Napi::Number>().DoubleValue();
-    if (want >= 0 && static_cast<double>(start) != want) return Napi::String::New(env, "");
-  }
-  return Napi::String::New(env, std::string(1, state));
+  char state = LiveState(info[0].As<Napi::Number>().Int32Value(), OptionalStart(info));
+  return Napi::String::New(env, state ? std::string(1, state) : std::string());
 }
 
 // Unlinks this process's shared memory: weft's segments (`weft.<job>.<pid>.<start>.*`) and
@@ -141,10 +140,7 @@ Napi::Value WatchLauncher(const Napi::CallbackInfo& info) {
   std::thread([pid, want, graceMs]() {
     for (;;) {
       usleep(100 * 1000);
-      char state = 0;
-      unsigned long long start = 0;
-      bool alive = (kill(pid, 0) == 0 || errno == EPERM) && ReadStat(pid, &state, &start) && state != 'Z' && state != 'X' && (want < 0 || static_cast<double>(start) == want);
-      if (alive) continue;
+      if (LiveState(pid, want) != 0) continue;
       for (int slept = 0; slept < graceMs; slept += 100) usleep(100 * 1000);
       UnlinkOwnSegments();
       char msg[160];

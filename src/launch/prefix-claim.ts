@@ -14,6 +14,8 @@ import { isPeerAlive, localIdentity, type ProcessIdentity } from '../host/identi
 import { openStore } from '../rendezvous/open.js';
 import { PrefixStore } from '../rendezvous/prefix-store.js';
 import type { Store } from '../rendezvous/store.js';
+import { redactUrl } from '../rendezvous/stores/redis/store.js';
+import { sameBytes } from '../rendezvous/stores/shared/values.js';
 
 interface Holder {
   identity: ProcessIdentity;
@@ -44,21 +46,21 @@ export class PrefixClaim {
     const mine = new TextEncoder().encode(JSON.stringify(holder));
     try {
       let stored = await store.compareSet(key, new Uint8Array(0), mine);
-      if (!same(stored, mine)) {
+      if (!sameBytes(stored, mine)) {
         const other = parse(stored);
         if (other && !isPeerAlive(other.identity)) {
           // Its launcher died (SIGKILL, a crash) on this host: its job is over; take its place.
           stored = await store.compareSet(key, stored, mine);
-          if (same(stored, mine)) {
+          if (sameBytes(stored, mine)) {
             // Its ranks end within the watchdog's grace (1.5 s after their launcher died): purge after.
             await new Promise((r) => setTimeout(r, 2000));
             await job.purge().catch(() => 0);
           }
         }
-        if (!same(stored, mine)) {
+        if (!sameBytes(stored, mine)) {
           const holder = parse(stored) ?? other;
           const who = holder ? `the launcher pid ${holder.identity.pid} on ${holder.host}, since ${holder.since}` : 'another launcher';
-          throw new WeftError('EEXIST', `weft run: the prefix '${prefix}' (node rank ${nodeRank}) is in use in ${redact(url)} by ${who}: two jobs with one prefix would connect to each other's ranks; give this job another --prefix (or none: a fresh one is made), or end that job`);
+          throw new WeftError('EEXIST', `weft run: the prefix '${prefix}' (node rank ${nodeRank}) is in use in ${redactUrl(url)} by ${who}: two jobs with one prefix would connect to each other's ranks; give this job another --prefix (or none: a fresh one is made), or end that job`);
         }
       }
       return new PrefixClaim(store, job, key, mine);
@@ -74,7 +76,7 @@ export class PrefixClaim {
       // Stores without purge() (none of weft's) keep the keys: the next job then fails with EEXIST.
       if (purge) await this.job.purge().catch(() => 0);
       const stored = await this.claims.get(this.key, { timeoutMs: 0 }).catch(() => undefined);
-      if (stored && same(stored, this.mine)) await this.claims.delete(this.key);
+      if (stored && sameBytes(stored, this.mine)) await this.claims.delete(this.key);
     } catch {
       // The store is gone: nothing left to release.
     } finally {
@@ -83,9 +85,6 @@ export class PrefixClaim {
   }
 }
 
-function same(a: Uint8Array, b: Uint8Array): boolean {
-  return a.byteLength === b.byteLength && a.every((v, i) => v === b[i]);
-}
 
 function parse(bytes: Uint8Array): Holder | undefined {
   try {
@@ -93,16 +92,5 @@ function parse(bytes: Uint8Array): Holder | undefined {
     return h && typeof h.identity?.pid === 'number' && typeof h.identity.hostId === 'string' ? h : undefined;
   } catch {
     return undefined;
-  }
-}
-
-/** The URL without its password, for messages. */
-function redact(url: string): string {
-  try {
-    const u = new URL(url);
-    if (u.password) u.password = '***';
-    return u.toString();
-  } catch {
-    return url;
   }
 }

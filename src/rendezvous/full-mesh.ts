@@ -7,7 +7,7 @@
  * in rank order: u32 peer rank, u32 length, address bytes; then optionally one entry with peer
  * rank 0xffffffff holding the layer above's extra bytes (e.g. the transport's ring descriptor).
  */
-import { WeftError } from '../errors.js';
+import { codedText, fromCodedText, WeftError } from '../errors.js';
 import { Deadline, type WaitOptions } from '../util/deadline.js';
 import type { Device, QueuePair, QueuePairOptions } from '../nic/types.js';
 import type { Store } from './store.js';
@@ -30,7 +30,6 @@ const MAX_SLICE_MS = 2000;
 const STALE_HINT = ' (if no rank of this job did that, a previous job with this store prefix left its keys: use a fresh prefix)';
 /** Join failures read from the store (not republished). */
 const readFromStore = new WeakSet<object>();
-const CODES = /^(EINVAL|ETIMEDOUT|EABORTED|EPEERDEAD|EPROTO|ETRANSPORT|EEXIST|ECLOSED) ([^]*)$/;
 
 /**
  * Tells the job's other ranks that this rank cannot join (best effort, bounded by 1 s; the
@@ -39,7 +38,7 @@ const CODES = /^(EINVAL|ETIMEDOUT|EABORTED|EPEERDEAD|EPROTO|ETRANSPORT|EEXIST|EC
 export async function publishJoinFailure(store: Store, err: unknown): Promise<void> {
   const e = err as WeftError;
   if (readFromStore.has(e)) return; // another rank's, already there
-  const text = `${e?.code ?? 'EINVAL'} ${e?.message ?? String(err)}`;
+  const text = codedText(e?.code ?? 'EINVAL', e?.message ?? String(err));
   let timer: NodeJS.Timeout | undefined;
   try {
     await Promise.race([
@@ -75,9 +74,8 @@ export async function joinFailure(store: Store, rank: number): Promise<WeftError
   } catch {
     return undefined;
   }
-  const text = new TextDecoder().decode(bytes);
-  const m = CODES.exec(text);
-  const err = new WeftError((m?.[1] ?? 'EINVAL') as WeftError['code'], `rank ${rank}: the job cannot start: ${m ? m[2] : text}${STALE_HINT}`);
+  const { code, message } = fromCodedText(new TextDecoder().decode(bytes), 'EINVAL');
+  const err = new WeftError(code, `rank ${rank}: the job cannot start: ${message}${STALE_HINT}`);
   readFromStore.add(err);
   return err;
 }

@@ -5,7 +5,7 @@
  * through the router's one waiting loop: `waitSync` blocks the calling thread, `waitAsync`
  * joins the process's shared progress loop, so concurrent waiters never starve each other.
  */
-import { WeftError } from '../errors.js';
+import { codedText, fromCodedText, WeftError } from '../errors.js';
 import { spin } from '../host/wait.js';
 import { isPeerStopped } from '../host/identity.js';
 import type { Deadline } from '../util/deadline.js';
@@ -204,7 +204,7 @@ export class Device implements PairHost, CompletionSink {
     this.failure = err;
     // The code travels first, so a peer's calls fail with the same kind of error (a rank whose
     // mismatched call a peer noticed first still gets EINVAL, not a bare ECLOSED).
-    for (const p of this.pairs) p?.sendAbort(`${err.code} ${unlabel(err.message, this.label)}`);
+    for (const p of this.pairs) p?.sendAbort(codedText(err.code, unlabel(err.message, this.label)));
     for (const p of this.pairs) p?.fail(err);
     this.router.kick();
   }
@@ -221,9 +221,8 @@ export class Device implements PairHost, CompletionSink {
 
   peerAborted(peer: number, text: string): void {
     if (this.failure) return;
-    const m = /^(EINVAL|ETIMEDOUT|EABORTED|EPEERDEAD|EPROTO|ETRANSPORT|EREMOTEACCESS) ([^]*)$/.exec(text);
-    const code = (m?.[1] ?? 'ECLOSED') as WeftError['code'];
-    const err = new WeftError(code, `${this.label}: the job was aborted by rank ${peer}: ${m ? m[2] : text}`);
+    const { code, message } = fromCodedText(text, 'ECLOSED');
+    const err = new WeftError(code, `${this.label}: the job was aborted by rank ${peer}: ${message}`);
     this.failure = err;
     for (const p of this.pairs) p?.fail(err);
     this.router.kick();
