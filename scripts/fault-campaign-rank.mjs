@@ -173,7 +173,7 @@ const only = env.FC_COLLECTIVES ? env.FC_COLLECTIVES.split(',') : undefined;
 const kinds = Object.keys(calls).filter((c) => !only || only.includes(c));
 
 // A rank hosting the TcpStore (rank 0 without a launcher) returns from init() while a slower
-// rank may still wait for the store's answer to its last `_connected` wait; a Sync call right
+// rank may still wait for the store's answer to its last `mesh/connected` wait; a Sync call right
 // away blocks rank 0's event loop, so that rank never leaves init() and everybody times out.
 // One Promise barrier first lets the event loop serve it (FC_FIRST_BARRIER=0: no barrier).
 if (env.FC_FIRST_BARRIER !== '0') {

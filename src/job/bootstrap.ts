@@ -7,7 +7,11 @@ import { availableParallelism } from 'node:os';
 import { WeftError } from '../errors.js';
 import { native } from '../native/binding.js';
 import type { WaitOptions } from '../util/deadline.js';
-import { createDevice } from '../nic/index.js';
+import { hostname } from 'node:os';
+import { localIdentity } from '../host/identity.js';
+import { fabricBindAddress } from '../host/address.js';
+import { exchangeHosts } from '../rendezvous/hosts.js';
+import { mayUseFabric, openJobDevice, requestedProvider } from './device-choice.js';
 import { CompletionRouter } from '../nic/completion-router.js';
 import { localPlacement } from '../host/placement.js';
 import type { Device, DeviceOptions, QueuePairOptions } from '../nic/types.js';
@@ -53,7 +57,8 @@ export async function connect(options: InitOptions = {}): Promise<JobMember> {
 
 /**
  * Joins the job: resolves rank, size and store (options, else environment), opens the store,
- * creates the device, its router and the transport, and connects a full mesh; `make` builds
+ * learns where every rank runs, creates the device (shm, the fabric, or both for a job that
+ * spans hosts), its router and the transport, and connects a full mesh; `make` builds
  * the member from the parts (init() makes a ProcessGroup).
  */
 export async function joinJob<M extends JobMember>(make: (parts: JobParts) => M, options: InitOptions = {}): Promise<M> {
@@ -76,30 +81,26 @@ export async function joinJob<M extends JobMember>(make: (parts: JobParts) => M,
   let device: Device | undefined;
   try {
     const job = prefix.replace(/[^A-Za-z0-9_-]/g, '_').slice(0, 48) || 'weft';
-    device = await createDevice({ job, label: `rank ${rank}`, ...options.device });
+    const storeUrl = typeof options.store === 'string' ? options.store : typeof options.store === 'object' ? undefined : fromEnv?.store;
+    const bind = mayUseFabric(requestedProvider(options.device)) ? (options.device?.node ?? (await fabricBindAddress({ storeUrl })).address) : '';
+    const hosts = await exchangeHosts(store, rank, size, { hostId: localIdentity().hostId, hostName: hostname(), address: bind }, wait);
+    device = await openJobDevice(hosts, rank, { job, label: `rank ${rank}`, ...options.device }, bind);
     await checkSameDebugMode(store, rank);
     const router = new CompletionRouter(device);
     const transport = new TransportDevice(router, rank, size, options.transport);
-    const { qps: pairs, extras } = await connectFullMeshWithExtras(store, device, rank, size, { ...wait, qp: options.qp, extra: transport.descriptor() });
+    const { qps: pairs, extras } = await connectFullMeshWithExtras(store, device, rank, size, { ...wait, qp: options.qp, extra: transport.descriptor(), hosts });
     transport.connect(pairs, extras);
-    // Returning only once every peer has mapped this rank, as a two-sided handshake would:
-    // a rank that then fails at once must not take its segments from a peer still connecting
-    // (the peer would fail first and be named as the cause).
-    await store.set(`_connected/${rank}`, new Uint8Array(0));
-    await multiGetOrFailure(store, [...Array(size).keys()].map((p) => `_connected/${p}`), rank, wait, (err) => {
-      return new WeftError('ETIMEDOUT', `rank ${rank}: init: every rank published its addresses, but not every rank connected within the timeout: ${err.message}`, { cause: err });
-    });
     if (serve && size > 1) {
       // This process hosts the store: it returns only once every rank has had its answer.
       // A first call that blocks the event loop (a *Sync collective) would otherwise starve
-      // the server while a slower rank still waits for its `_connected` answer, and every
+      // the server while a slower rank still waits for its `mesh/connected` answer, and every
       // rank would time out.
       const others = [...Array(size).keys()].filter((p) => p !== rank).map((p) => `_ready/${p}`);
       await multiGetOrFailure(store, others, rank, wait, (err) => new WeftError('ETIMEDOUT', `rank ${rank}: init: the store's host waited for every rank to leave init(): ${err.message}`, { cause: err }));
     } else if (size > 1) {
       await store.set(`_ready/${rank}`, new Uint8Array(0));
     }
-    return make({ rank, size, store, device, router, pairs, transport, style, serving: serve });
+    return make({ rank, size, store, device, router, pairs, transport, style, serving: serve, hosts });
   } catch (err) {
     device?.close();
     // The others then fail at once with this reason instead of timing out.

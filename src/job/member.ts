@@ -10,6 +10,7 @@ import type { CompletionRouter } from '../nic/completion-router.js';
 import type { Device, QueuePair } from '../nic/types.js';
 import type { PrefixStore } from '../rendezvous/prefix-store.js';
 import type { EnvStyle } from '../rendezvous/env.js';
+import type { HostMap } from '../rendezvous/hosts.js';
 import type { Device as TransportDevice } from '../transport/device.js';
 
 /** What a JobMember is built from (see joinJob). */
@@ -23,6 +24,7 @@ export interface JobParts {
   transport: TransportDevice;
   style: EnvStyle;
   serving: boolean;
+  hosts: HostMap;
 }
 
 /** A connected rank. */
@@ -40,6 +42,8 @@ export class JobMember {
   readonly transport: TransportDevice;
   /** How this rank found its settings. */
   readonly style: EnvStyle;
+  /** Where every rank runs (host ids, names, fabric addresses, local ranks). */
+  readonly hosts: HostMap;
   private readonly serving: boolean;
   private closed = false;
   private readonly pool: Uint8Array[] = [];
@@ -53,7 +57,24 @@ export class JobMember {
     this.pairs = parts.pairs;
     this.transport = parts.transport;
     this.style = parts.style;
+    this.hosts = parts.hosts;
     this.serving = parts.serving;
+  }
+
+  /** This rank's index among the ranks on its host (rank order). */
+  get localRank(): number {
+    return this.hosts.localRank[this.rank];
+  }
+
+  /** How many ranks of the job run on this rank's host. */
+  get localSize(): number {
+    return this.hosts.localSize[this.rank];
+  }
+
+  /** The host name rank `r` runs on. */
+  hostOf(r: number): string {
+    if (!Number.isInteger(r) || r < 0 || r >= this.size) throw new RangeError(`rank ${this.rank}: hostOf(${r}): no such rank in a world of ${this.size}`);
+    return this.hosts.ranks[r].hostName;
   }
 
   /** Lends scratch memory to a collective (pooled by power-of-two size). */

@@ -20,7 +20,7 @@ import type { WeftError } from '../errors.js';
 import type { ProcessIdentity } from '../host/identity.js';
 
 /** Which provider a device runs on. */
-export type ProviderKind = 'shm' | 'ofi';
+export type ProviderKind = 'shm' | 'ofi' | 'mixed';
 
 /** Completion opcodes. */
 export const Opcode = {
@@ -150,6 +150,11 @@ export interface QueuePairOptions {
    * queue) turns it off for its own QPs only, on a device it shares with others.
    */
   autoRepost?: boolean;
+  /**
+   * The peer's host id (host/identity.ts). A device that mixes providers needs it: shared
+   * memory toward a peer on this host, the fabric toward one elsewhere. Others ignore it.
+   */
+  peerHostId?: string;
 }
 
 /** A connection to one peer with RC semantics. */
@@ -167,6 +172,16 @@ export interface QueuePair {
   readonly peerIdentity: ProcessIdentity | undefined;
   /** Bytes a peer passes to its own QP's `connect`. */
   address(): Uint8Array;
+  /**
+   * Fabric QPs: after connect, starts one small round trip to the peer (a read of its control
+   * region), so an unreachable address shows at connect time; `handshakeState` then moves from
+   * 'pending' to 'done' or 'failed' as the CQ is polled. Providers without it (shm maps the
+   * peer's memory in connect, which is the check) leave both undefined.
+   */
+  handshake?(): void;
+  readonly handshakeState?: 'pending' | 'done' | 'failed' | undefined;
+  /** The peer's fabric address as text (ip:port), once connected, for errors. */
+  readonly peerAddress?: string;
   /** Connects to the peer QP whose `address()` bytes these are. */
   connect(remoteAddress: Uint8Array): void;
   /** Decodes a peer's `MemoryRegion.descriptor()` bytes (validated; throws EINVAL/EPROTO). */

@@ -10,6 +10,8 @@
 import { codedText, fromCodedText, WeftError } from '../errors.js';
 import { Deadline, type WaitOptions } from '../util/deadline.js';
 import type { Device, QueuePair, QueuePairOptions } from '../nic/types.js';
+import { planFor, waitAsync } from '../host/wait.js';
+import type { HostMap } from './hosts.js';
 import type { Store } from './store.js';
 
 const MESH_MAGIC = 0x314d4657;
@@ -104,7 +106,7 @@ export async function multiGetOrFailure(store: Store, keys: string[], rank: numb
 }
 
 /** Every rank must be started with the same world size: the first one's is the job's. */
-async function checkWorldSize(store: Store, ns: string, rank: number, size: number): Promise<void> {
+export async function checkWorldSize(store: Store, ns: string, rank: number, size: number): Promise<void> {
   const mine = new Uint8Array(4);
   new DataView(mine.buffer).setUint32(0, size, true);
   const stored = await store.compareSet(`${ns}/world`, new Uint8Array(0), mine);
@@ -121,6 +123,11 @@ export interface FullMeshOptions extends WaitOptions {
   key?: string;
   /** Bytes published with this rank's addresses; peers get them from connectFullMeshWithExtras. */
   extra?: Uint8Array;
+  /**
+   * Where every rank runs (rendezvous/hosts.ts): each QP is created for its peer's host (a
+   * device that mixes providers needs it) and errors name hosts and addresses.
+   */
+  hosts?: HostMap;
 }
 
 /** Encodes a rank's addresses (`addrs[p]` toward peer p, undefined at own rank). */
@@ -197,7 +204,8 @@ export async function connectFullMeshWithExtras(store: Store, device: Device, ra
   if (!Number.isInteger(rank) || rank < 0 || rank >= size) throw new WeftError('EINVAL', `connectFullMesh: rank ${rank} is outside [0, ${size})`);
   const ns = options.key ?? 'mesh';
   const qps: (QueuePair | undefined)[] = [];
-  for (let p = 0; p < size; p++) qps.push(p === rank ? undefined : device.createQueuePair({ ...options.qp, peerLabel: `rank ${p}` }));
+  const hosts = options.hosts;
+  for (let p = 0; p < size; p++) qps.push(p === rank ? undefined : device.createQueuePair({ ...options.qp, peerLabel: `rank ${p}`, peerHostId: hosts?.ranks[p]?.hostId }));
   try {
     await checkWorldSize(store, ns, rank, size);
     await store.set(`${ns}/${rank}`, encodeMeshBlob(rank, size, qps.map((q) => q?.address()), options.extra), { once: true });
@@ -208,12 +216,84 @@ export async function connectFullMeshWithExtras(store: Store, device: Device, ra
       return new WeftError('ETIMEDOUT', `rank ${rank}: connectFullMesh timed out after ${Math.round(new Deadline(options.timeoutMs).timeoutMs)} ms; ranks ${missing.join(', ') || '(none, retry)'} never published their addresses: are they running with the same store and prefix, and world size ${size}?`, { cause: err });
     });
     peers.forEach((p, i) => (qps[p] as QueuePair).connect(addressFor(blobs[i], p, rank, size)));
+    await shakeHands(device, qps, rank, options);
+    await allConnected(store, device, ns, rank, size, options);
     const extras: Uint8Array[] = qps.map(() => new Uint8Array(0));
     peers.forEach((p, i) => (extras[p] = extraOf(blobs[i], p, rank, size)));
     return { qps, extras };
   } catch (err) {
     for (const q of qps) q?.close();
     throw err;
+  }
+}
+
+/**
+ * One small round trip on every fabric pair, within the connect timeout: a rank that bound an
+ * address its peer cannot reach fails here, naming both ranks, their hosts and the address,
+ * instead of timing out in its first collective. Nothing else uses the CQ yet (peers send only
+ * once every rank has connected), so its completions are only these.
+ */
+async function shakeHands(device: Device, qps: (QueuePair | undefined)[], rank: number, options: FullMeshOptions): Promise<void> {
+  const shaking = qps.filter((q): q is QueuePair => q?.handshake !== undefined);
+  if (shaking.length === 0) return;
+  for (const q of shaking) q.handshake!();
+  const settled = () => {
+    device.cq.ready();
+    for (const q of shaking) if (q.handshakeState === 'pending') return false;
+    return true;
+  };
+  const name = (r: number) => options.hosts?.describe(r) ?? `rank ${r}`;
+  const peerOf = (q: QueuePair) => qps.indexOf(q);
+  try {
+    await waitAsync(settled, device.cq.doorbell, planFor(device.oversubscribed, `rank ${rank}: connect`, options));
+  } catch (err) {
+    const stuck = shaking.filter((q) => q.handshakeState === 'pending');
+    const list = stuck.map((q) => `${name(peerOf(q))} at ${q.peerAddress ?? '?'}`).join(', ');
+    throw new WeftError((err as WeftError).code ?? 'ETIMEDOUT', `${name(rank)}: init: no answer through the fabric from ${list || 'a peer'} within the connect timeout: the address it published is not reachable from this host. Make every rank bind an address the other hosts route to (weft run --iface NAME, WEFT_IFACE or WEFT_ADDR; see docs/hosts.md)`, { cause: err });
+  }
+  const failed = shaking.find((q) => q.handshakeState === 'failed');
+  if (failed) {
+    throw new WeftError('ETRANSPORT', `${name(rank)}: init: cannot reach ${name(peerOf(failed))} at ${failed.peerAddress ?? '?'} through the fabric: ${failed.error?.message ?? 'handshake failed'}. Make every rank bind an address the other hosts route to (weft run --iface NAME, WEFT_IFACE or WEFT_ADDR; see docs/hosts.md)`, { cause: failed.error });
+  }
+}
+
+/**
+ * Keeps the device's fabric moving until the returned function is called. libfabric's tcp
+ * provider serves a peer's RMA read only while this process polls its CQ: a rank that shook
+ * hands and then waits on the store for the others must keep answering theirs. Waits through
+ * the one waiting loop (spin, yield, sleep on the CQ's doorbell).
+ *
+ * @example
+ * const stop = keepFabricMoving(device);
+ * try { await store.wait(keys); } finally { stop(); }
+ */
+export function keepFabricMoving(device: Device): () => void {
+  let stopped = false;
+  const ready = () => {
+    if (!stopped) device.cq.ready();
+    return stopped;
+  };
+  void waitAsync(ready, device.cq.doorbell, { oversubscribed: true }).catch(() => {});
+  return () => {
+    stopped = true;
+  };
+}
+
+/**
+ * Returns once every rank has connected and shaken hands, as a two-sided handshake would: a
+ * rank that then fails at once must not take its memory away from a peer still connecting
+ * (the peer would fail first and be named as the cause), and a rank must keep answering its
+ * peers' handshakes until they are all done.
+ */
+async function allConnected(store: Store, device: Device, ns: string, rank: number, size: number, options: FullMeshOptions): Promise<void> {
+  const stop = keepFabricMoving(device);
+  try {
+    await store.set(`${ns}/connected/${rank}`, new Uint8Array(0));
+    await multiGetOrFailure(store, [...Array(size).keys()].map((p) => `${ns}/connected/${p}`), rank, options, (err) => {
+      return new WeftError('ETIMEDOUT', `rank ${rank}: connectFullMesh: every rank published its addresses, but not every rank connected within the timeout: ${err.message}`, { cause: err });
+    });
+  } finally {
+    stop();
   }
 }
 

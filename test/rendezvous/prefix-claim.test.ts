@@ -41,7 +41,7 @@ async function keys(store: string, prefix: string): Promise<string[]> {
   const s = await openStore(store, { timeoutMs: 5000 });
   try {
     const found: string[] = [];
-    for (const k of ['mesh/0', 'mesh/1', '_world', '_connected/0', '_connected/1']) {
+    for (const k of ['mesh/0', 'mesh/1', '_world', 'mesh/connected/0', 'mesh/connected/1']) {
       if (await s.get(`${prefix}/${k}`, { timeoutMs: 0 }).then(() => true, () => false)) found.push(`${prefix}/${k}`);
     }
     for (const k of ['0']) if (await s.get(`${prefix}.launcher/${k}`, { timeoutMs: 0 }).then(() => true, () => false)) found.push(`${prefix}.launcher/${k}`);

@@ -49,6 +49,8 @@ export interface QpHost {
   queued(qp: OfiQueuePair): void;
   dirty(qp: OfiQueuePair): void;
   detach(qp: OfiQueuePair): void;
+  /** Hands staged commands to libfabric now. */
+  flush(): void;
 }
 
 interface PendingOp {
@@ -108,6 +110,8 @@ export class OfiQueuePair extends QueuePairBase implements QueuePair {
   private inflightWrites = 0;
   private readonly sq: PendingOp[] = [];
   private verifying: OfiRemoteRegion | undefined;
+  /** See QueuePair.handshake. */
+  handshakeState: 'pending' | 'done' | 'failed' | undefined;
 
   get peerIdentity(): ProcessIdentity | undefined {
     return this.peer?.identity;
@@ -299,6 +303,24 @@ export class OfiQueuePair extends QueuePairBase implements QueuePair {
     w[at + L.CMD_CTX + 1] = L.ctxHi(this.qpn, kind, this.gen);
   }
 
+  /** The peer's fabric address as ip:port (sockaddr_in/in6), else as hex. */
+  get peerAddress(): string | undefined {
+    return this.peer ? sockaddrText(this.peer.fabricAddress) : undefined;
+  }
+
+  /**
+   * One read of the peer's MR table (its first entry) through the fabric: the connection to
+   * the peer's address is made now, and a wrong or unreachable address shows as 'failed' (or
+   * as 'pending' past the caller's deadline) before any user operation.
+   */
+  handshake(): void {
+    if (this.state !== 'ready') throw new WeftError('EINVAL', `${this.host.label}: handshake toward ${this.peerLabel} before connect`);
+    if (this.handshakeState !== undefined || this.verifying !== undefined) return;
+    this.handshakeState = 'pending';
+    this.stageInternal(L.NOP_READ, L.VERIFY + this.qpn * 32, 32, BigInt(L.MR_TABLE), L.CTX_VERIFY);
+    this.host.flush();
+  }
+
   /** Reads the peer's MR-table entry of `remote` into our VERIFY slot. */
   private startVerify(remote: OfiRemoteRegion): void {
     if (remote.slot >= L.MAX_MRS || remote.gen === 0) {
@@ -313,6 +335,11 @@ export class OfiQueuePair extends QueuePairBase implements QueuePair {
   /** Completion of the verification read. */
   onVerify(ok: boolean, text: string): void {
     const r = this.verifying;
+    if (this.state === 'ready' && this.handshakeState === 'pending' && !r) {
+      this.handshakeState = ok ? 'done' : 'failed';
+      if (!ok) this.fail(Status.TRANSPORT, `the handshake with ${this.peerLabel} at ${this.peerAddress} failed in the fabric: ${text}`);
+      return;
+    }
     if (this.state !== 'ready' || !r) return;
     this.verifying = undefined;
     if (!ok) {
@@ -474,6 +501,7 @@ export class OfiQueuePair extends QueuePairBase implements QueuePair {
     this.sq.length = 0;
     this.inflightReads = this.inflightWrites = 0;
     this.verifying = undefined;
+    if (this.handshakeState === 'pending') this.handshakeState = 'failed';
   }
 
   private opError(op: number, wrId: number, status: number): WeftError {
@@ -489,4 +517,16 @@ export class OfiQueuePair extends QueuePairBase implements QueuePair {
   protected localLabel(): string {
     return this.host.label;
   }
+}
+
+/** ip:port of a sockaddr_in / sockaddr_in6 (libfabric's tcp addresses), else hex. */
+export function sockaddrText(a: Uint8Array): string {
+  const v = new DataView(a.buffer, a.byteOffset, a.byteLength);
+  if (a.byteLength >= 8 && v.getUint16(0, true) === 2) return `${a[4]}.${a[5]}.${a[6]}.${a[7]}:${v.getUint16(2, false)}`;
+  if (a.byteLength >= 24 && v.getUint16(0, true) === 10) {
+    const parts: string[] = [];
+    for (let i = 0; i < 8; i++) parts.push(v.getUint16(8 + 2 * i, false).toString(16));
+    return `[${parts.join(':')}]:${v.getUint16(2, false)}`;
+  }
+  return Buffer.from(a).toString('hex');
 }

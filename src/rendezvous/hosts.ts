@@ -1,0 +1,129 @@
+/**
+ * Where every rank runs: before the NIC device exists, each rank publishes its host id and
+ * host name and reads everyone's (one set and one batched multiGet). The job then knows
+ * whether it spans hosts (and so needs the fabric for some pairs), each rank's place on its
+ * host (local rank and size), and what to call each host in errors.
+ *
+ * Record (UTF-8 text, one field per line): 'WHS1', the 32-hex-digit host id (host/identity.ts:
+ * same kernel boot and same /dev/shm), the host name, the address this rank's fabric endpoint
+ * binds (empty when it has none).
+ */
+import { WeftError } from '../errors.js';
+import type { WaitOptions } from '../util/deadline.js';
+import { checkWorldSize, multiGetOrFailure } from './full-mesh.js';
+import type { Store } from './store.js';
+
+const MAGIC = 'WHS1';
+const MAX_RECORD = 1024;
+
+/** One rank's host as it published it. */
+export interface RankHost {
+  hostId: string;
+  hostName: string;
+  /** The address its fabric endpoint binds ('' when it uses none). */
+  address: string;
+}
+
+/** Every rank's host and what follows from it. */
+export class HostMap {
+  /** `localRank[r]`: rank r's index among the ranks of its host, in rank order. */
+  readonly localRank: number[];
+  /** `localSize[r]`: how many ranks share rank r's host. */
+  readonly localSize: number[];
+  /** Distinct host ids, in order of their lowest rank. */
+  readonly hostIds: string[];
+  /** `hostIndex[r]`: index of rank r's host in `hostIds`. */
+  readonly hostIndex: number[];
+
+  constructor(readonly ranks: RankHost[]) {
+    const seen = new Map<string, number[]>();
+    this.hostIds = [];
+    this.hostIndex = [];
+    this.localRank = [];
+    for (let r = 0; r < ranks.length; r++) {
+      const id = ranks[r].hostId;
+      let list = seen.get(id);
+      if (!list) {
+        list = [];
+        seen.set(id, list);
+        this.hostIds.push(id);
+      }
+      this.localRank.push(list.length);
+      this.hostIndex.push(this.hostIds.indexOf(id));
+      list.push(r);
+    }
+    this.localSize = ranks.map((h) => seen.get(h.hostId)!.length);
+  }
+
+  /** True when the ranks run on more than one host. */
+  get spansHosts(): boolean {
+    return this.hostIds.length > 1;
+  }
+
+  /** The ranks on the host of rank `r`, in rank order. */
+  ranksOnHostOf(r: number): number[] {
+    const id = this.ranks[r].hostId;
+    const out: number[] = [];
+    for (let p = 0; p < this.ranks.length; p++) if (this.ranks[p].hostId === id) out.push(p);
+    return out;
+  }
+
+  sameHost(a: number, b: number): boolean {
+    return this.ranks[a].hostId === this.ranks[b].hostId;
+  }
+
+  /** "rank 3 (host node-b)": how errors name a rank of a job that spans hosts. */
+  describe(r: number): string {
+    const h = this.ranks[r];
+    return h ? `rank ${r} (host ${h.hostName}${h.address ? `, ${h.address}` : ''})` : `rank ${r}`;
+  }
+}
+
+export function encodeRankHost(h: RankHost): Uint8Array {
+  return new TextEncoder().encode(`${MAGIC}\n${h.hostId}\n${h.hostName}\n${h.address}`);
+}
+
+/** Decodes rank `from`'s record; throws EPROTO on malformed bytes. */
+export function decodeRankHost(bytes: Uint8Array, from: number, to: number): RankHost {
+  const bad = (why: string) => new WeftError('EPROTO', `rank ${to}: the host record of rank ${from} is malformed (${why}); is another job using the same store prefix?`);
+  if (bytes.byteLength > MAX_RECORD) throw bad(`${bytes.byteLength} bytes`);
+  let text: string;
+  try {
+    text = new TextDecoder('utf-8', { fatal: true }).decode(bytes);
+  } catch {
+    throw bad('not UTF-8');
+  }
+  const f = text.split('\n');
+  if (f.length !== 4 || f[0] !== MAGIC) throw bad('bad magic or field count');
+  if (!/^[0-9a-f]{32}$/.test(f[1])) throw bad('bad host id');
+  if (f[2].length === 0 || /[\x00-\x1f]/.test(f[2])) throw bad('bad host name');
+  if (f[3].length > 64 || /[^0-9a-fA-F:.]/.test(f[3])) throw bad('bad address');
+  return { hostId: f[1], hostName: f[2], address: f[3] };
+}
+
+/**
+ * Publishes this rank's host and reads every rank's. Fails at once when a rank published a
+ * join failure, and names the ranks that never published within the timeout.
+ *
+ * @example
+ * const hosts = await exchangeHosts(store, rank, size, me, { timeoutMs: 30_000 });
+ * if (hosts.spansHosts) console.log(`local rank ${hosts.localRank[rank]} of ${hosts.localSize[rank]}`);
+ */
+export async function exchangeHosts(store: Store, rank: number, size: number, me: RankHost, options: WaitOptions & { key?: string } = {}): Promise<HostMap> {
+  const ns = options.key ?? 'mesh';
+  await checkWorldSize(store, ns, rank, size);
+  await store.set(`${ns}/host/${rank}`, encodeRankHost(me), { once: true });
+  const keys = [...Array(size).keys()].map((p) => `${ns}/host/${p}`);
+  const records = await multiGetOrFailure(store, keys, rank, options, async (err) => {
+    const missing: number[] = [];
+    for (let p = 0; p < size; p++) {
+      try {
+        await store.get(keys[p], { timeoutMs: 0 });
+      } catch {
+        missing.push(p);
+      }
+    }
+    return new WeftError('ETIMEDOUT', `rank ${rank}: init timed out waiting for ranks ${missing.join(', ') || '(none, retry)'} to say where they run: are they running with the same store and prefix, and world size ${size}?`, { cause: err });
+  });
+  return new HostMap(records.map((b, p) => decodeRankHost(b, p, rank)));
+}
