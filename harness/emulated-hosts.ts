@@ -1,0 +1,191 @@
+/**
+ * Emulated hosts on one machine, for tests and benchmarks of jobs that span hosts: one
+ * network namespace per host, all joined to a bridge in a "switch" namespace by veth pairs,
+ * with link-local addresses (169.254.S.1, .2, ...; S differs per harness so concurrent ones
+ * never meet). Every process started on a host also gets its own hostname (UTS namespace)
+ * and a private /dev/shm (a tmpfs in its own mount namespace), so weft sees distinct hosts:
+ * distinct host ids, no shared memory across them, only the network.
+ *
+ * Needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN), `ip` (iproute2) and `unshare` (util-linux).
+ * `EmulatedHosts.unavailable()` says why not, for a test to skip with one line.
+ *
+ * Nothing leaks: `destroy()` kills every process it started (process groups), then deletes the
+ * namespaces (which removes the veths and the bridge); a harness whose creator died is swept
+ * by the next one (namespace names carry the creator's pid).
+ *
+ * @example
+ * const hosts = await EmulatedHosts.create(2);
+ * const p = hosts.spawn(0, process.execPath, ['app.js']);   // runs on host 0 as `weft-h0`
+ * await hosts.destroy();
+ */
+import { spawn, spawnSync, type ChildProcess, type SpawnOptions } from 'node:child_process';
+import { existsSync } from 'node:fs';
+
+const PREFIX = 'weftns';
+
+/** One emulated host. */
+export interface EmulatedHost {
+  /** Its index, hostname (`weft-h<i>`), namespace and address. */
+  index: number;
+  hostname: string;
+  netns: string;
+  address: string;
+}
+
+function run(args: string[]): { ok: boolean; text: string } {
+  const r = spawnSync(args[0], args.slice(1), { encoding: 'utf8' });
+  return { ok: r.status === 0, text: `${r.stdout ?? ''}${r.stderr ?? ''}`.trim() };
+}
+
+function must(args: string[]): void {
+  const r = run(args);
+  if (!r.ok) throw new Error(`emulated hosts: \`${args.join(' ')}\` failed: ${r.text}`);
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/** Deletes namespaces left by harnesses whose process is gone. */
+function sweepStale(): void {
+  const r = run(['ip', 'netns', 'list']);
+  if (!r.ok) return;
+  for (const line of r.text.split('\n')) {
+    const name = line.split(' ')[0];
+    const m = /^weftns-(\d+)-/.exec(name);
+    if (m && !alive(Number(m[1]))) {
+      killNamespaceProcesses(name);
+      run(['ip', 'netns', 'del', name]);
+    }
+  }
+}
+
+function killNamespaceProcesses(netns: string): void {
+  const r = run(['ip', 'netns', 'pids', netns]);
+  if (!r.ok) return;
+  for (const p of r.text.split(/\s+/).filter(Boolean)) {
+    try {
+      process.kill(Number(p), 'SIGKILL');
+    } catch {}
+  }
+}
+
+let instances = 0;
+
+export class EmulatedHosts {
+  readonly hosts: EmulatedHost[];
+  private readonly children = new Set<ChildProcess>();
+  private destroyed = false;
+
+  private constructor(
+    readonly id: string,
+    readonly subnet: number,
+    count: number,
+  ) {
+    this.hosts = [...Array(count).keys()].map((i) => ({ index: i, hostname: `weft-h${i}`, netns: `${id}-h${i}`, address: `169.254.${subnet}.${i + 1}` }));
+  }
+
+  /** Why emulated hosts cannot be made here, or undefined when they can. */
+  static unavailable(): string | undefined {
+    if (process.platform !== 'linux') return 'emulated hosts need Linux network namespaces';
+    if (typeof process.getuid === 'function' && process.getuid() !== 0) return 'emulated hosts need root (network and mount namespaces); CI runs as root';
+    if (!run(['ip', '-V']).ok) return 'emulated hosts need `ip` from iproute2 (apt-get install iproute2)';
+    if (!run(['unshare', '--version']).ok) return 'emulated hosts need `unshare` from util-linux';
+    if (!existsSync('/dev/shm')) return 'emulated hosts need /dev/shm';
+    return undefined;
+  }
+
+  /** Makes `count` hosts on one link. Throws when `unavailable()` says why. */
+  static async create(count: number): Promise<EmulatedHosts> {
+    const why = EmulatedHosts.unavailable();
+    if (why) throw new Error(why);
+    sweepStale();
+    const n = instances++;
+    const id = `${PREFIX}-${process.pid}-${n}`;
+    const subnet = 1 + ((process.pid * 7 + n * 13) % 250);
+    const h = new EmulatedHosts(id, subnet, count);
+    try {
+      const sw = `${id}-sw`;
+      must(['ip', 'netns', 'add', sw]);
+      must(['ip', '-n', sw, 'link', 'add', 'br0', 'type', 'bridge']);
+      must(['ip', '-n', sw, 'link', 'set', 'br0', 'up']);
+      for (const host of h.hosts) {
+        must(['ip', 'netns', 'add', host.netns]);
+        must(['ip', '-n', host.netns, 'link', 'set', 'lo', 'up']);
+        must(['ip', 'link', 'add', 'eth0', 'netns', host.netns, 'type', 'veth', 'peer', 'name', `p${host.index}`, 'netns', sw]);
+        must(['ip', '-n', sw, 'link', 'set', `p${host.index}`, 'master', 'br0']);
+        must(['ip', '-n', sw, 'link', 'set', `p${host.index}`, 'up']);
+        must(['ip', '-n', host.netns, 'addr', 'add', `${host.address}/16`, 'dev', 'eth0']);
+        must(['ip', '-n', host.netns, 'link', 'set', 'eth0', 'up']);
+      }
+    } catch (err) {
+      await h.destroy();
+      throw err;
+    }
+    return h;
+  }
+
+  /** Every namespace of this harness (the hosts' and the switch's). */
+  get namespaces(): string[] {
+    return [...this.hosts.map((x) => x.netns), `${this.id}-sw`];
+  }
+
+  /**
+   * The argv that runs `command args` on host `i`: in its network namespace, with its own
+   * hostname and a private /dev/shm. When the command exits, whatever it left in /dev/shm is
+   * reported on stderr as `weft-emulated-host: leaked in /dev/shm: ...` and the exit status is
+   * kept.
+   */
+  argv(i: number, command: string, args: string[]): string[] {
+    const host = this.hosts[i];
+    if (!host) throw new RangeError(`emulated hosts: no host ${i} (there are ${this.hosts.length})`);
+    const script = [
+      'set -e',
+      `hostname ${host.hostname}`,
+      'mount -t tmpfs -o mode=1777,size=1g tmpfs /dev/shm',
+      'set +e',
+      '"$@"',
+      'rc=$?',
+      'left=$(ls -A /dev/shm)',
+      '[ -n "$left" ] && echo "weft-emulated-host: leaked in /dev/shm: $left" >&2',
+      'exit $rc',
+    ].join('\n');
+    return ['ip', 'netns', 'exec', host.netns, 'unshare', '--uts', '--mount', '--propagation', 'private', 'sh', '-c', script, 'sh', command, ...args];
+  }
+
+  /** Starts `command args` on host `i` (in its own process group, killed by destroy()). */
+  spawn(i: number, command: string, args: string[], options: SpawnOptions = {}): ChildProcess {
+    if (this.destroyed) throw new Error('emulated hosts: already destroyed');
+    const argv = this.argv(i, command, args);
+    const child = spawn(argv[0], argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'], ...options, detached: true });
+    this.children.add(child);
+    child.on('exit', () => this.children.delete(child));
+    return child;
+  }
+
+  /** Kills every process started here and deletes the namespaces. */
+  async destroy(): Promise<void> {
+    if (this.destroyed) return;
+    this.destroyed = true;
+    for (const c of this.children) {
+      try {
+        process.kill(-(c.pid as number), 'SIGKILL');
+      } catch {}
+    }
+    for (const ns of this.namespaces) killNamespaceProcesses(ns);
+    await new Promise((r) => setTimeout(r, 50));
+    for (const ns of this.namespaces) run(['ip', 'netns', 'del', ns]);
+  }
+
+  /** Namespaces of this harness that still exist (a leak check for tests). */
+  static leftovers(): string[] {
+    const r = run(['ip', 'netns', 'list']);
+    if (!r.ok) return [];
+    return r.text.split('\n').map((l) => l.split(' ')[0]).filter((n) => n.startsWith(`${PREFIX}-${process.pid}-`));
+  }
+}
