@@ -28,20 +28,23 @@ program
   .description('start N ranks of a script on this host (rank environment set, TcpStore hosted here unless --store)')
   .requiredOption('-n, --ranks <n>', 'ranks on this host', positiveInt)
   .addOption(new Option('--store <url>', 'store URL (redis://, rediss://, tcp://, file://); default: a TcpStore hosted by this launcher, with a per-job secret. Keep passwords off the command line: give the URL in WEFT_STORE and the password in WEFT_STORE_PASSWORD or WEFT_STORE_PASSWORD_FILE').env('WEFT_STORE'))
-  .option('--prefix <p>', 'job namespace in the store (default: a fresh id)')
+  .option('--prefix <p>', 'job namespace in the store (default: a fresh id on one host, weft-job on several)')
   .option('--nnodes <k>', 'hosts in the job (each runs weft run with its --node-rank)', positiveInt, 1)
   .option('--node-rank <r>', "this host's index in [0, nnodes)", (v: string) => Number(v), 0)
-  .option('--provider <p>', 'WEFT_PROVIDER for the ranks')
+  .option('--master-addr <addr>', 'several hosts without --store: node 0 hosts a TcpStore on this address (one the other hosts reach); needs WEFT_STORE_SECRET(_FILE) on every host')
+  .option('--master-port <port>', 'port of the --master-addr store (default 29500)', positiveInt)
+  .option('--iface <name>', 'network interface the ranks\' fabric endpoints bind (WEFT_IFACE; default: the route toward the store)')
+  .option('--provider <p>', 'WEFT_PROVIDER for the ranks (default: shm inside a host, the fabric between hosts)')
   .argument('<script>', 'a .js or .ts file')
   .argument('[args...]', 'arguments for the script')
   .passThroughOptions()
-  .action(async (script: string, args: string[], o: { ranks: number; store?: string; prefix?: string; nnodes: number; nodeRank: number; provider?: string }, cmd: Command) => {
+  .action(async (script: string, args: string[], o: { ranks: number; store?: string; prefix?: string; nnodes: number; nodeRank: number; provider?: string; masterAddr?: string; masterPort?: number; iface?: string }, cmd: Command) => {
     const { launch, passwordWarning } = await import('../launch/run.js');
     // A password in our own argv is visible to every local user (ps); the ranks get the URL in
     // their environment, so the only leak is this command line.
     const warning = o.store !== undefined && cmd.getOptionValueSource('store') === 'cli' ? passwordWarning(o.store) : undefined;
     if (warning) process.stderr.write(`${warning}\n`);
-    process.exitCode = await launch({ ranks: o.ranks, script, args, store: o.store, prefix: o.prefix, nnodes: o.nnodes, nodeRank: o.nodeRank, provider: o.provider });
+    process.exitCode = await launch({ ranks: o.ranks, script, args, store: o.store, prefix: o.prefix, nnodes: o.nnodes, nodeRank: o.nodeRank, provider: o.provider, masterAddr: o.masterAddr, masterPort: o.masterPort, iface: o.iface });
   });
 
 // The benchmarks are their own program (bench/cli.ts), run by bin/weft-bench.js as a child:

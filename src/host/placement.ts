@@ -1,11 +1,28 @@
 /**
  * Where this process sits on its host, as launchers say it: weft run (WEFT_LOCAL_RANK,
  * WEFT_LOCAL_WORLD_SIZE), torchrun (LOCAL_RANK, LOCAL_WORLD_SIZE), Open MPI
- * (OMPI_COMM_WORLD_LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_SIZE). NaN when no launcher said.
+ * (OMPI_COMM_WORLD_LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_SIZE), MPICH (MPI_LOCALRANKID,
+ * MPI_LOCALNRANKS), Slurm (SLURM_LOCALID; SLURM_NTASKS_PER_NODE, else the first count of
+ * SLURM_TASKS_PER_NODE, "2(x3),1"). NaN when no launcher said.
  */
 export function localPlacement(env: NodeJS.ProcessEnv = process.env): { rank: number; size: number } {
   return {
-    rank: Number(env.WEFT_LOCAL_RANK ?? env.LOCAL_RANK ?? env.OMPI_COMM_WORLD_LOCAL_RANK),
-    size: Number(env.WEFT_LOCAL_WORLD_SIZE ?? env.LOCAL_WORLD_SIZE ?? env.OMPI_COMM_WORLD_LOCAL_SIZE),
+    rank: Number(env.WEFT_LOCAL_RANK ?? env.LOCAL_RANK ?? env.OMPI_COMM_WORLD_LOCAL_RANK ?? env.MPI_LOCALRANKID ?? env.SLURM_LOCALID),
+    size: Number(env.WEFT_LOCAL_WORLD_SIZE ?? env.LOCAL_WORLD_SIZE ?? env.OMPI_COMM_WORLD_LOCAL_SIZE ?? env.MPI_LOCALNRANKS ?? env.SLURM_NTASKS_PER_NODE ?? slurmTasksHere(env)),
   };
+}
+
+/** Slurm's tasks on this node: SLURM_TASKS_PER_NODE lists counts per node ("2(x3),1"); SLURM_NODEID picks ours. */
+function slurmTasksHere(env: NodeJS.ProcessEnv): string | undefined {
+  const list = env.SLURM_TASKS_PER_NODE;
+  if (!list) return undefined;
+  const node = Number(env.SLURM_NODEID ?? 0);
+  let at = 0;
+  for (const part of list.split(',')) {
+    const m = /^(\d+)(?:\(x(\d+)\))?$/.exec(part.trim());
+    if (!m) return undefined;
+    at += m[2] ? Number(m[2]) : 1;
+    if (node < at) return m[1];
+  }
+  return undefined;
 }

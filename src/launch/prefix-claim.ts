@@ -70,13 +70,45 @@ export class PrefixClaim {
     }
   }
 
+  /**
+   * Where this host's ranks sit in a job on `nnodes` hosts that may run different numbers of
+   * ranks: every launcher publishes its count, waits for the others' (within `timeoutMs`),
+   * and numbers its ranks after those of the hosts with a lower node rank.
+   */
+  async nodeLayout(nnodes: number, nodeRank: number, ranks: number, timeoutMs: number): Promise<{ firstRank: number; world: number }> {
+    const mine = new Uint8Array(4);
+    new DataView(mine.buffer).setUint32(0, ranks, true);
+    await this.claims.set(`ranks/${nodeRank}`, mine);
+    const keys = [...Array(nnodes).keys()].map((n) => `ranks/${n}`);
+    let counts: Uint8Array[];
+    try {
+      counts = await this.claims.multiGet(keys, { timeoutMs });
+    } catch (err) {
+      const missing: number[] = [];
+      for (let n = 0; n < nnodes; n++) if (!(await this.claims.get(keys[n], { timeoutMs: 0 }).then(() => true, () => false))) missing.push(n);
+      throw new WeftError('ETIMEDOUT', `weft run: node ${nodeRank}: the launchers of nodes ${missing.join(', ')} did not start within ${timeoutMs} ms (each host runs \`weft run --nnodes ${nnodes} --node-rank R\` with the same store and --prefix)`, { cause: err });
+    }
+    let firstRank = 0;
+    let world = 0;
+    counts.forEach((b, n) => {
+      if (b.byteLength !== 4) throw new WeftError('EPROTO', `weft run: node ${n}'s rank count in the store is malformed; use a fresh --prefix`);
+      const c = new DataView(b.buffer, b.byteOffset, 4).getUint32(0, true);
+      if (n < nodeRank) firstRank += c;
+      world += c;
+    });
+    return { firstRank, world };
+  }
+
   /** Ends the claim; after a failed job also deletes the job's keys (node rank 0). */
   async release(purge: boolean): Promise<void> {
     try {
       // Stores without purge() (none of weft's) keep the keys: the next job then fails with EEXIST.
       if (purge) await this.job.purge().catch(() => 0);
       const stored = await this.claims.get(this.key, { timeoutMs: 0 }).catch(() => undefined);
-      if (stored && sameBytes(stored, this.mine)) await this.claims.delete(this.key);
+      if (stored && sameBytes(stored, this.mine)) {
+        await this.claims.delete(`ranks/${this.key}`);
+        await this.claims.delete(this.key);
+      }
     } catch {
       // The store is gone: nothing left to release.
     } finally {

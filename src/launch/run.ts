@@ -3,8 +3,13 @@
  * TcpStore for them unless told to use another store, prefixes their output with the rank,
  * forwards SIGINT/SIGTERM, and stops the whole job when one rank fails.
  *
- * Several hosts: run `weft run -n N --nnodes K --node-rank R --store redis://…` on each of the
- * K hosts (R = 0..K-1); host R starts global ranks R*N .. R*N+N-1 of a world of K*N.
+ * Several hosts: run `weft run -n N --nnodes K --node-rank R` on each of the K hosts
+ * (R = 0..K-1) with either `--store URL` (Redis or any store every host reaches) or
+ * `--master-addr A --master-port P` (node 0's launcher hosts a TcpStore on A:P, which must be
+ * an address the other hosts reach; it requires the job's secret from WEFT_STORE_SECRET(_FILE)
+ * on every host: a store on a network interface must not be open to anyone on the network).
+ * Hosts may run different numbers of ranks: the launchers publish their counts in the store
+ * and host R's ranks come after those of hosts 0..R-1.
  *
  * Secrets travel in the environment, never on a command line: the TcpStore the launcher hosts
  * gets a fresh random secret per job, passed to the ranks in WEFT_STORE_SECRET; a store given
@@ -19,6 +24,7 @@ import { WeftError } from '../errors.js';
 import { native } from '../native/binding.js';
 import { sweepProcessSegments } from '../nic/index.js';
 import { TcpStoreServer } from '../rendezvous/stores/tcp/server.js';
+import { credentialFromEnv } from '../rendezvous/stores/shared/secrets.js';
 import { PrefixClaim } from './prefix-claim.js';
 
 export interface LaunchOptions {
@@ -36,6 +42,17 @@ export interface LaunchOptions {
   prefix?: string;
   nnodes?: number;
   nodeRank?: number;
+  /**
+   * Several hosts without a store: node 0's launcher hosts a TcpStore on this address (one
+   * the other hosts reach) and `masterPort` (default 29500); every launcher needs the job's
+   * secret in WEFT_STORE_SECRET or WEFT_STORE_SECRET_FILE.
+   */
+  masterAddr?: string;
+  masterPort?: number;
+  /** WEFT_IFACE for the ranks: the interface their fabric endpoints bind (docs/hosts.md). */
+  iface?: string;
+  /** How long launchers wait for each other's rank counts (default 300000 ms). */
+  joinTimeoutMs?: number;
   /** WEFT_PROVIDER for the ranks. */
   provider?: string;
   /** Colour the rank prefixes (default: when stdout is a TTY and NO_COLOR is unset). */
@@ -60,23 +77,51 @@ export async function launch(o: LaunchOptions): Promise<number> {
   const nodeRank = o.nodeRank ?? 0;
   if (!Number.isInteger(o.ranks) || o.ranks < 1) throw new WeftError('EINVAL', `weft run: -n must be a positive integer, got ${o.ranks}`);
   if (!Number.isInteger(nnodes) || nnodes < 1 || !Number.isInteger(nodeRank) || nodeRank < 0 || nodeRank >= nnodes) throw new WeftError('EINVAL', `weft run: --node-rank ${nodeRank} must be in [0, --nnodes ${nnodes})`);
-  if (nnodes > 1 && !o.store) throw new WeftError('EINVAL', 'weft run: a multi-host job (--nnodes > 1) needs --store redis://… (or tcp:// of a store every host reaches)');
+  if (nnodes > 1 && !o.store && !o.masterAddr) throw new WeftError('EINVAL', 'weft run: a multi-host job (--nnodes > 1) needs a store every host reaches: --store redis://… (or any store URL), or --master-addr ADDR --master-port PORT (node 0 hosts a TcpStore there)');
+  if (o.masterAddr && o.store) throw new WeftError('EINVAL', 'weft run: give --store or --master-addr, not both');
   const out = o.out ?? process.stdout;
   const err = o.err ?? process.stderr;
   const color = o.color ?? (Boolean((out as NodeJS.WriteStream).isTTY) && !process.env.NO_COLOR);
   // The store we host authenticates its clients with a secret made for this job; the ranks
   // get it in their environment (readable only by their user and root), never in argv.
-  const secret = o.store ? undefined : randomBytes(32).toString('hex');
-  const server = o.store ? undefined : await TcpStoreServer.listen({ host: '127.0.0.1', port: 0, secret, log: (m) => err.write(`weft run: store: ${m}\n`) });
-  const store = o.store ?? server!.url;
+  let secret: string | undefined;
+  let server: TcpStoreServer | undefined;
+  let store: string;
+  if (o.masterAddr) {
+    // A store on an address other hosts reach: only with a secret every launcher was given.
+    const given = credentialFromEnv('WEFT_STORE_SECRET', 'weft run')?.value;
+    if (!given) throw new WeftError('EINVAL', `weft run: --master-addr ${o.masterAddr} makes node 0 host a TcpStore that other hosts reach, so it needs a secret: set WEFT_STORE_SECRET (or WEFT_STORE_SECRET_FILE) to the same random value on every host, e.g. from \`openssl rand -hex 32\``);
+    const port = o.masterPort ?? 29500;
+    const host = o.masterAddr.includes(':') ? `[${o.masterAddr}]` : o.masterAddr;
+    if (nodeRank === 0) server = await TcpStoreServer.listen({ host: o.masterAddr, port, secret: given, log: (m) => err.write(`weft run: store: ${m}\n`) });
+    store = `tcp://${host}:${port}`;
+  } else if (o.store) {
+    store = o.store;
+  } else {
+    secret = randomBytes(32).toString('hex');
+    server = await TcpStoreServer.listen({ host: '127.0.0.1', port: 0, secret, log: (m) => err.write(`weft run: store: ${m}\n`) });
+    store = server.url;
+  }
   const storeEnv: NodeJS.ProcessEnv = { WEFT_STORE: store };
   if (secret) storeEnv.WEFT_STORE_SECRET = secret;
-  const prefix = o.prefix ?? `job-${Date.now().toString(36)}-${randomBytes(3).toString('hex')}`;
-  const world = nnodes * o.ranks;
-  const command = scriptCommand(o.script);
+  // Launchers on several hosts must name the same job: the default is one fixed name (the
+  // prefix claim refuses a second job that uses it at the same time).
+  const prefix = o.prefix ?? (nnodes > 1 ? 'weft-job' : `job-${Date.now().toString(36)}-${randomBytes(3).toString('hex')}`);
   // A shared store: no other job may use this prefix while this one runs (the store we host
-  // holds this job alone).
-  const claim = o.store ? await PrefixClaim.take(o.store, prefix, nodeRank) : undefined;
+  // for this host alone holds this job alone).
+  const shared = o.store !== undefined || o.masterAddr !== undefined;
+  let claim: PrefixClaim | undefined;
+  let firstRank = nodeRank * o.ranks;
+  let world = nnodes * o.ranks;
+  try {
+    claim = shared ? await PrefixClaim.take(store, prefix, nodeRank, o.masterAddr && nodeRank > 0 ? (o.joinTimeoutMs ?? 300_000) : 10_000) : undefined;
+    if (claim && nnodes > 1) ({ firstRank, world } = await claim.nodeLayout(nnodes, nodeRank, o.ranks, o.joinTimeoutMs ?? 300_000));
+  } catch (e) {
+    await claim?.release(false);
+    await server?.close();
+    throw e;
+  }
+  const command = scriptCommand(o.script);
 
   const children: ChildProcess[] = [];
   const exits: ({ code: number | null; signal: NodeJS.Signals | null } | undefined)[] = new Array(o.ranks).fill(undefined);
@@ -86,7 +131,7 @@ export async function launch(o: LaunchOptions): Promise<number> {
 
   /** ' (rank 2, pid 123, is stopped: SIGSTOP or a debugger)': the rank the others timed out waiting for. */
   const stoppedRanks = () => {
-    const stopped = children.flatMap((c, local) => (c.pid && c.exitCode === null && native.processState(c.pid) === 'T' ? [`rank ${nodeRank * o.ranks + local}, pid ${c.pid}`] : []));
+    const stopped = children.flatMap((c, local) => (c.pid && c.exitCode === null && native.processState(c.pid) === 'T' ? [`rank ${firstRank + local}, pid ${c.pid}`] : []));
     return stopped.length ? ` (${stopped.join('; ')}: stopped by SIGSTOP or a debugger, which the others waited for)` : '';
   };
   const running = () => children.filter((c) => c.exitCode === null && c.signalCode === null);
@@ -123,7 +168,7 @@ export async function launch(o: LaunchOptions): Promise<number> {
   const done = new Promise<void>((resolve) => {
     let remaining = o.ranks;
     for (let local = 0; local < o.ranks; local++) {
-      const rank = nodeRank * o.ranks + local;
+      const rank = firstRank + local;
       const env: NodeJS.ProcessEnv = {
         ...process.env,
         ...storeEnv,
@@ -135,6 +180,7 @@ export async function launch(o: LaunchOptions): Promise<number> {
         WEFT_LAUNCHER_PID: String(process.pid),
         WEFT_LAUNCHER_START: String(native.processStartTime(process.pid)),
         ...(o.provider ? { WEFT_PROVIDER: o.provider } : {}),
+        ...(o.iface ? { WEFT_IFACE: o.iface } : {}),
         ...(color ? { FORCE_COLOR: process.env.FORCE_COLOR ?? '1' } : {}),
       };
       // Our secret wins over one the launcher inherited, also one in a file.
@@ -166,6 +212,11 @@ export async function launch(o: LaunchOptions): Promise<number> {
   if (killTimer) clearTimeout(killTimer);
   process.off('SIGINT', onSignal);
   process.off('SIGTERM', onSignal);
+  // Hosting the store of ranks on other hosts: they may still be saying goodbye.
+  if (server && nnodes > 1) {
+    const until = performance.now() + 10_000;
+    while (server.connections > 1 && performance.now() < until) await new Promise((r) => setTimeout(r, 50));
+  }
   await server?.close();
   // After a failure the ranks could not remove the job's keys; the launcher does (a clean
   // job's last rank did). Of a job on several hosts, other hosts' ranks may still be using

@@ -180,6 +180,11 @@ export interface QueuePair {
    */
   handshake?(): void;
   readonly handshakeState?: 'pending' | 'done' | 'failed' | undefined;
+  /**
+   * Fabric QPs toward another host: how long the peer has left a liveness probe unanswered
+   * (ms; 0 when none is pending). Timeouts name peers silent for long.
+   */
+  readonly unansweredMs?: number;
   /** The peer's fabric address as text (ip:port), once connected, for errors. */
   readonly peerAddress?: string;
   /** Connects to the peer QP whose `address()` bytes these are. */

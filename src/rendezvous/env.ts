@@ -7,7 +7,14 @@
  * | weft          | WEFT_RANK               | WEFT_WORLD_SIZE         | WEFT_STORE (+ WEFT_PREFIX)             |
  * | torchrun      | RANK                    | WORLD_SIZE              | tcp://MASTER_ADDR:MASTER_PORT (rank 0 hosts it) |
  * | Open MPI      | OMPI_COMM_WORLD_RANK    | OMPI_COMM_WORLD_SIZE    | WEFT_STORE, else a FileStore in /tmp keyed by the job |
+ * | PMIx          | PMIX_RANK               | PMIX_SIZE, OMPI_COMM_WORLD_SIZE, SLURM_NTASKS | as Open MPI                |
  * | MPICH / PMI   | PMI_RANK                | PMI_SIZE                | as Open MPI                            |
+ * | Slurm (srun)  | SLURM_PROCID            | SLURM_NTASKS            | as Open MPI; prefix SLURM_JOB_ID       |
+ *
+ * Without WEFT_STORE, MASTER_ADDR/MASTER_PORT (rank 0 hosts a TcpStore there) work under every
+ * launcher. The FileStore fallback only serves ranks on one host: a launcher that says the job
+ * spans hosts (local size below world size, SLURM_NNODES > 1) without a store is an error that
+ * names what to set.
  *
  * The MPI fallback directory, `<tmpdir>/weft-store-<uid>-<job id>`, is one every rank of the
  * job on this host names without talking to the others, so anyone can predict it: FileStore
@@ -20,8 +27,9 @@
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { WeftError } from '../errors.js';
+import { localPlacement } from '../host/placement.js';
 
-export type EnvStyle = 'options' | 'weft' | 'torchrun' | 'ompi' | 'pmi';
+export type EnvStyle = 'options' | 'weft' | 'torchrun' | 'ompi' | 'pmix' | 'pmi' | 'slurm';
 
 export interface RankInfo {
   rank: number;
@@ -64,20 +72,40 @@ export function rankFromEnv(env: NodeJS.ProcessEnv = process.env): RankInfo {
     rank = int('OMPI_COMM_WORLD_RANK', env.OMPI_COMM_WORLD_RANK);
     size = int('OMPI_COMM_WORLD_SIZE', env.OMPI_COMM_WORLD_SIZE);
     style = 'ompi';
+  } else if (env.PMIX_RANK !== undefined) {
+    rank = int('PMIX_RANK', env.PMIX_RANK);
+    const from = env.PMIX_SIZE !== undefined ? 'PMIX_SIZE' : env.OMPI_COMM_WORLD_SIZE !== undefined ? 'OMPI_COMM_WORLD_SIZE' : 'SLURM_NTASKS';
+    if (env[from] === undefined) throw new WeftError('EINVAL', 'PMIX_RANK is set but no world size is (PMIX_SIZE, OMPI_COMM_WORLD_SIZE, SLURM_NTASKS): set WEFT_WORLD_SIZE');
+    size = int(from, env[from]);
+    style = 'pmix';
   } else if (env.PMI_RANK !== undefined) {
     rank = int('PMI_RANK', env.PMI_RANK);
     size = int('PMI_SIZE', env.PMI_SIZE);
     style = 'pmi';
+  } else if (env.SLURM_PROCID !== undefined) {
+    rank = int('SLURM_PROCID', env.SLURM_PROCID);
+    size = int('SLURM_NTASKS', env.SLURM_NTASKS);
+    style = 'slurm';
   } else {
-    throw new WeftError('EINVAL', 'this process does not know its rank: run it under `weft run -n N`, mpirun or torchrun, or set WEFT_RANK, WEFT_WORLD_SIZE and WEFT_STORE');
+    throw new WeftError('EINVAL', 'this process does not know its rank: run it under `weft run -n N`, mpirun, srun or torchrun, or set WEFT_RANK, WEFT_WORLD_SIZE and WEFT_STORE');
   }
   // rank >= size is left to init(), which tells the job's other ranks through the store.
   if (size < 1) throw new WeftError('EINVAL', `the world size must be at least 1, got ${size}`);
-  // MPI launchers give no store: ranks on one host meet in a directory named by the user and
-  // the job (FileStore makes sure it is that user's alone).
-  const jobId = env.WEFT_PREFIX ?? env.OMPI_MCA_ess_base_jobid ?? env.PMI_JOBID ?? env.TORCHELASTIC_RUN_ID ?? env.MASTER_PORT ?? 'weft';
+  // MPI launchers and Slurm give no store: MASTER_ADDR/PORT as torchrun, else ranks on one
+  // host meet in a directory named by the user and the job (FileStore makes sure it is that
+  // user's alone).
+  const jobId = env.WEFT_PREFIX ?? env.OMPI_MCA_ess_base_jobid ?? env.PMIX_NAMESPACE ?? env.PMI_JOBID ?? (env.SLURM_JOB_ID !== undefined ? `slurm-${env.SLURM_JOB_ID}${env.SLURM_STEP_ID !== undefined ? `.${env.SLURM_STEP_ID}` : ''}` : undefined) ?? env.TORCHELASTIC_RUN_ID ?? env.MASTER_PORT ?? 'weft';
+  if (!store && style !== 'torchrun' && env.MASTER_ADDR && env.MASTER_PORT) {
+    store = `tcp://${env.MASTER_ADDR.includes(':') ? `[${env.MASTER_ADDR}]` : env.MASTER_ADDR}:${int('MASTER_PORT', env.MASTER_PORT)}`;
+    serve = rank === 0;
+  }
   if (!store) {
     if (style === 'weft') throw new WeftError('EINVAL', 'WEFT_RANK is set but WEFT_STORE is not: set it to tcp://host:port, redis://host:port or file:///dir');
+    const local = localPlacement(env).size;
+    const nodes = Number(env.SLURM_NNODES ?? 1);
+    if ((Number.isInteger(local) && local < size) || nodes > 1) {
+      throw new WeftError('EINVAL', `rank ${rank}: the launcher says this job spans hosts (${Number.isInteger(local) ? `${local} of ${size} ranks on this host` : `SLURM_NNODES=${nodes}`}), and no store every host reaches was given: set WEFT_STORE=redis://host:port (any store all hosts reach), or MASTER_ADDR and MASTER_PORT (rank 0 then hosts a TcpStore there; set WEFT_STORE_SECRET on every rank)`);
+    }
     const user = typeof process.getuid === 'function' ? `${process.getuid()}-` : '';
     store = `file://${path.join(tmpdir(), `weft-store-${user}${jobId.replace(/[^A-Za-z0-9_-]/g, '_')}`)}`;
   }

@@ -41,6 +41,8 @@ function unlabel(message: string, label: string): string {
 }
 
 const NO_OPS: readonly TransportOp[] = [];
+/** A peer on another host silent this long on the fabric is named in timeouts (ms). */
+const SILENT_MS = 1000;
 
 export class Device implements PairHost, CompletionSink {
   readonly geometry: RingGeometry;
@@ -142,13 +144,22 @@ export class Device implements PairHost, CompletionSink {
    * and only this names the rank that all of them wait for.
    */
   stoppedText(): string {
+    // (Also names peers on other hosts that went silent.)
     const stopped: string[] = [];
     for (const p of this.pairs) {
       const id = p?.qp.peerIdentity;
       if (p && id && isPeerStopped(id)) stopped.push(`rank ${p.peer} (pid ${id.pid})`);
     }
-    if (stopped.length === 0) return '';
-    return `; ${stopped.join(' and ')} ${stopped.length > 1 ? 'are' : 'is'} stopped (SIGSTOP, Ctrl-Z or a debugger): every other rank waits for ${stopped.length > 1 ? 'them' : 'it'}; resume it with SIGCONT or end the job`;
+    let text = '';
+    if (stopped.length > 0) text = `; ${stopped.join(' and ')} ${stopped.length > 1 ? 'are' : 'is'} stopped (SIGSTOP, Ctrl-Z or a debugger): every other rank waits for ${stopped.length > 1 ? 'them' : 'it'}; resume it with SIGCONT or end the job`;
+    // Peers on other hosts cannot be looked up; the fabric says which stopped answering.
+    const silent: string[] = [];
+    for (const p of this.pairs) {
+      const ms = p?.qp.unansweredMs ?? 0;
+      if (p && ms >= SILENT_MS) silent.push(`rank ${p.peer}${p.qp.peerAddress ? ` (${p.qp.peerAddress})` : ''}`);
+    }
+    if (silent.length > 0) text += `; ${silent.join(' and ')} ${silent.length > 1 ? 'have' : 'has'} not answered the fabric for over ${SILENT_MS / 1000} s: ${silent.length > 1 ? 'their' : 'its'} process or host is probably gone`;
+    return text;
   }
 
   /** The first peer whose pair failed (a dead rank, a broken connection), if any. */

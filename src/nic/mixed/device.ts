@@ -1,9 +1,10 @@
 /**
  * The device of a job that spans hosts: shared memory toward peers on this host, the fabric
  * toward the others, behind ONE Device, so the transport, the collectives and copyrpc run
- * unchanged over a mix. Each queue pair is created on the provider its peer's host calls for
- * (`QueuePairOptions.peerHostId`), and answers to a QP number of this device, so completions
- * of both providers reach their owner through one completion queue and one O(1) table.
+ * unchanged over a mix. Each queue pair runs on the provider its peer's host calls for (known
+ * at creation from `QueuePairOptions.peerHostId`, else at connect from the peer's address),
+ * and answers to a QP number of this device, so completions of both providers reach their
+ * owner through one completion queue and one O(1) table.
  *
  * Memory is allocated in shared memory (shm peers map it) and registered with the fabric too
  * (fabric peers write into the same bytes); a region's descriptor carries both registrations
@@ -79,77 +80,164 @@ export function descriptorPart(desc: Uint8Array, kind: 'shm' | 'ofi', where: str
   return desc.subarray(12 + a, 12 + a + b);
 }
 
-/** A QP of one provider answering to this device's QP number. */
+const TAG_SHM = 0x73; // 's'
+const TAG_OFI = 0x6f; // 'o'
+const TAG_BOTH = 0x64; // 'd'
+const HOST_BYTES = 16;
+
+function hostIdBytes(hex: string): Uint8Array {
+  const out = new Uint8Array(HOST_BYTES);
+  for (let i = 0; i < HOST_BYTES; i++) out[i] = parseInt(hex.slice(2 * i, 2 * i + 2), 16);
+  return out;
+}
+
+function hostIdHex(b: Uint8Array): string {
+  let s = '';
+  for (let i = 0; i < HOST_BYTES; i++) s += b[i].toString(16).padStart(2, '0');
+  return s;
+}
+
+/**
+ * A QP answering to this device's QP number over one provider. Created for a known peer host
+ * it holds that provider's QP only. Created without one (copyrpc's mesh, a user's own QPs) it
+ * holds a QP of each provider until connect, whose address says the peer's host; the other
+ * one is then closed.
+ *
+ * Address: tag byte ('s' shm, 'o' fabric, 'd' both), this host's 16-byte id, then the QP's
+ * address (for 'd': u32 length of the shm address, the shm address, the fabric address).
+ */
 class MixedQueuePair implements QueuePair {
+  private chosen: QueuePair;
+  private shmQp: QueuePair | undefined;
+  private ofiQp: QueuePair | undefined;
+  kind: 'shm' | 'ofi' | 'both';
+
   constructor(
     readonly qpn: number,
-    readonly inner: QueuePair,
-    readonly kind: 'shm' | 'ofi',
+    shmQp: QueuePair | undefined,
+    ofiQp: QueuePair | undefined,
     private readonly owner: MixedDevice,
   ) {
-    if (inner.postWriteImmInPlace) this.postWriteImmInPlace = (r, o, l, i, w, s) => inner.postWriteImmInPlace!(r, o, l, i, w, s);
+    this.shmQp = shmQp;
+    this.ofiQp = ofiQp;
+    this.kind = shmQp && ofiQp ? 'both' : shmQp ? 'shm' : 'ofi';
+    // Until connect decides, state and labels come from either (they agree).
+    this.chosen = (shmQp ?? ofiQp)!;
+  }
+  /** The provider QP in use ('both' before connect: the shm one). */
+  get inner(): QueuePair {
+    return this.chosen;
   }
   get peerLabel(): string {
-    return this.inner.peerLabel;
+    return this.chosen.peerLabel;
   }
   get autoRepost(): boolean {
-    return this.inner.autoRepost;
+    return this.chosen.autoRepost;
   }
   get state(): QueuePair['state'] {
-    return this.inner.state;
+    return this.chosen.state;
   }
   get error(): QueuePair['error'] {
-    return this.inner.error;
+    return this.chosen.error;
   }
   get peerIdentity(): QueuePair['peerIdentity'] {
-    return this.inner.peerIdentity;
+    return this.chosen.peerIdentity;
+  }
+  get peerAddress(): string | undefined {
+    return this.chosen.peerAddress;
   }
   get pendingOps(): number {
-    return this.inner.pendingOps;
+    return this.chosen.pendingOps;
   }
-  /** The provider part of a mixed-device address: a tag byte says which ('s' or 'o'). */
+  get unansweredMs(): number | undefined {
+    return this.chosen.unansweredMs;
+  }
+  get handshakeState(): QueuePair['handshakeState'] {
+    return this.chosen.handshakeState;
+  }
   address(): Uint8Array {
-    const a = this.inner.address();
-    const out = new Uint8Array(a.byteLength + 1);
-    out[0] = this.kind === 'shm' ? 0x73 : 0x6f;
-    out.set(a, 1);
+    const host = hostIdBytes(localIdentity().hostId);
+    if (this.kind !== 'both') {
+      const a = this.chosen.address();
+      const out = new Uint8Array(1 + HOST_BYTES + a.byteLength);
+      out[0] = this.kind === 'shm' ? TAG_SHM : TAG_OFI;
+      out.set(host, 1);
+      out.set(a, 1 + HOST_BYTES);
+      return out;
+    }
+    const a = this.shmQp!.address();
+    const b = this.ofiQp!.address();
+    const out = new Uint8Array(1 + HOST_BYTES + 4 + a.byteLength + b.byteLength);
+    out[0] = TAG_BOTH;
+    out.set(host, 1);
+    new DataView(out.buffer).setUint32(1 + HOST_BYTES, a.byteLength, true);
+    out.set(a, 5 + HOST_BYTES);
+    out.set(b, 5 + HOST_BYTES + a.byteLength);
     return out;
   }
   connect(remote: Uint8Array): void {
     const where = `${this.owner.label}: connect to ${this.peerLabel}`;
-    if (!(remote instanceof Uint8Array) || remote.byteLength < 1) throw new WeftError('EPROTO', `${where}: empty address`);
-    const theirs = remote[0] === 0x73 ? 'shm' : remote[0] === 0x6f ? 'ofi' : undefined;
-    if (theirs === undefined) throw new WeftError('EPROTO', `${where}: the address is not from a device that mixes providers (every rank of a job that spans hosts must run this weft version)`);
-    if (theirs !== this.kind) {
-      throw new WeftError('EPROTO', `${where}: this rank chose ${this.kind === 'shm' ? 'shared memory (same host)' : 'the fabric (another host)'} for the pair, the peer ${theirs === 'shm' ? 'shared memory' : 'the fabric'}: the ranks disagree on where the peer runs`);
+    if (!(remote instanceof Uint8Array) || remote.byteLength < 1 + HOST_BYTES) throw new WeftError('EPROTO', `${where}: the address is too short`);
+    const tag = remote[0];
+    if (tag !== TAG_SHM && tag !== TAG_OFI && tag !== TAG_BOTH) throw new WeftError('EPROTO', `${where}: the address is not from a device that mixes providers (every rank of a job that spans hosts must run this weft version)`);
+    const same = hostIdHex(remote.subarray(1, 1 + HOST_BYTES)) === localIdentity().hostId;
+    const want = same ? 'shm' : 'ofi';
+    const body = remote.subarray(1 + HOST_BYTES);
+    let part: Uint8Array;
+    if (tag === TAG_BOTH) {
+      if (body.byteLength < 4) throw new WeftError('EPROTO', `${where}: the address is too short`);
+      const n = new DataView(body.buffer, body.byteOffset, 4).getUint32(0, true);
+      if (4 + n > body.byteLength) throw new WeftError('EPROTO', `${where}: the address's shm part runs past its end`);
+      part = want === 'shm' ? body.subarray(4, 4 + n) : body.subarray(4 + n);
+    } else {
+      const theirs = tag === TAG_SHM ? 'shm' : 'ofi';
+      if (theirs !== want) throw new WeftError('EPROTO', `${where}: the peer chose ${theirs === 'shm' ? 'shared memory (same host)' : 'the fabric (another host)'} for the pair, but it runs on ${same ? 'this' : 'another'} host: the ranks disagree on where the peer runs`);
+      part = body;
     }
-    this.inner.connect(remote.subarray(1));
+    const qp = want === 'shm' ? this.shmQp : this.ofiQp;
+    if (!qp) throw new WeftError('EPROTO', `${where}: this QP was made for a peer on ${want === 'shm' ? 'another' : 'this'} host, but the peer runs on ${want === 'shm' ? 'this' : 'another'} one`);
+    if (this.kind === 'both') {
+      const other = want === 'shm' ? this.ofiQp! : this.shmQp!;
+      other.close();
+      this.owner.unmap(other, want === 'shm' ? 'ofi' : 'shm');
+      if (want === 'shm') this.ofiQp = undefined;
+      else this.shmQp = undefined;
+      this.kind = want;
+    }
+    this.chosen = qp;
+    qp.connect(part);
   }
   importRegion(descriptor: Uint8Array): RemoteRegion {
-    return this.inner.importRegion(descriptorPart(descriptor, this.kind, `${this.owner.label}: importRegion from ${this.peerLabel}`));
+    return this.chosen.importRegion(descriptorPart(descriptor, this.kind === 'ofi' ? 'ofi' : 'shm', `${this.owner.label}: importRegion from ${this.peerLabel}`));
   }
   postWriteImm(local: MemoryRegion, lOff: number, remote: RemoteRegion, rOff: number, len: number, imm: number, wrId: number, signaled: boolean): void {
-    this.inner.postWriteImm(this.part(local), lOff, remote, rOff, len, imm, wrId, signaled);
+    this.chosen.postWriteImm(this.part(local), lOff, remote, rOff, len, imm, wrId, signaled);
   }
-  postWriteImmInPlace?: QueuePair['postWriteImmInPlace'];
+  postWriteImmInPlace(remote: RemoteRegion, rOff: number, len: number, imm: number, wrId: number, signaled: boolean): void {
+    if (!this.chosen.postWriteImmInPlace) throw new WeftError('EINVAL', `${this.owner.label}: postWriteImmInPlace toward ${this.peerLabel}, a peer on another host (shared memory only)`);
+    this.chosen.postWriteImmInPlace(remote, rOff, len, imm, wrId, signaled);
+  }
   postWrite(local: MemoryRegion, lOff: number, remote: RemoteRegion, rOff: number, len: number, wrId: number, signaled: boolean): void {
-    this.inner.postWrite(this.part(local), lOff, remote, rOff, len, wrId, signaled);
+    this.chosen.postWrite(this.part(local), lOff, remote, rOff, len, wrId, signaled);
   }
   postRead(local: MemoryRegion, lOff: number, remote: RemoteRegion, rOff: number, len: number, wrId: number, signaled: boolean): void {
-    this.inner.postRead(this.part(local), lOff, remote, rOff, len, wrId, signaled);
+    this.chosen.postRead(this.part(local), lOff, remote, rOff, len, wrId, signaled);
   }
   postRecv(count: number): void {
-    this.inner.postRecv(count);
+    this.shmQp?.postRecv(count);
+    this.ofiQp?.postRecv(count);
   }
   handshake(): void {
-    this.inner.handshake?.();
-  }
-  get handshakeState(): QueuePair['handshakeState'] {
-    return this.inner.handshakeState;
+    this.chosen.handshake?.();
   }
   close(): void {
-    this.inner.close();
+    this.shmQp?.close();
+    this.ofiQp?.close();
     this.owner.forget(this);
+  }
+  /** The provider QPs this one holds (for the device's number maps). */
+  parts(): [QueuePair | undefined, QueuePair | undefined] {
+    return [this.shmQp, this.ofiQp];
   }
   private part(local: MemoryRegion): MemoryRegion {
     if (!(local instanceof MixedMemoryRegion)) throw new WeftError('EINVAL', `${this.owner.label}: local must be a MemoryRegion of this device (toward ${this.peerLabel})`);
@@ -313,7 +401,6 @@ export class MixedDevice implements Device {
   createQueuePair(options: QueuePairOptions = {}): QueuePair {
     this.checkOpen('createQueuePair');
     const where = `${this.label}: createQueuePair toward ${options.peerLabel ?? 'a peer'}`;
-    if (options.peerHostId === undefined) throw new WeftError('EINVAL', `${where}: a device that mixes providers needs the peer's host (QueuePairOptions.peerHostId) to pick shared memory or the fabric`);
     let qpn = -1;
     for (let k = 0; k < MAX_QPS; k++) {
       const c = (this.nextQpn + k) % MAX_QPS;
@@ -324,19 +411,34 @@ export class MixedDevice implements Device {
     }
     if (qpn < 0) throw new WeftError('EINVAL', `${where}: more than ${MAX_QPS} queue pairs on one device`);
     this.nextQpn = (qpn + 1) % MAX_QPS;
-    const kind = options.peerHostId === localIdentity().hostId ? 'shm' : 'ofi';
-    const inner = (kind === 'shm' ? this.shm : this.ofi).createQueuePair(options);
-    const qp = new MixedQueuePair(qpn, inner, kind, this);
-    (kind === 'shm' ? this.shmToMixed : this.ofiToMixed)[inner.qpn] = qpn;
+    const known = options.peerHostId;
+    const shmQp = known === undefined || known === localIdentity().hostId ? this.shm.createQueuePair(options) : undefined;
+    let ofiQp: QueuePair | undefined;
+    try {
+      ofiQp = known === undefined || known !== localIdentity().hostId ? this.ofi.createQueuePair(options) : undefined;
+    } catch (err) {
+      shmQp?.close();
+      throw err;
+    }
+    const qp = new MixedQueuePair(qpn, shmQp, ofiQp, this);
+    if (shmQp) this.shmToMixed[shmQp.qpn] = qpn;
+    if (ofiQp) this.ofiToMixed[ofiQp.qpn] = qpn;
     this.qps[qpn] = qp;
     return qp;
+  }
+
+  /** A provider QP closed before its mixed QP (the one connect did not choose). */
+  unmap(inner: QueuePair, kind: 'shm' | 'ofi'): void {
+    (kind === 'shm' ? this.shmToMixed : this.ofiToMixed)[inner.qpn] = -1;
   }
 
   /** A closed QP's number is free again; its late completions are dropped. */
   forget(qp: MixedQueuePair): void {
     if (this.qps[qp.qpn] !== qp) return;
     this.qps[qp.qpn] = undefined;
-    (qp.kind === 'shm' ? this.shmToMixed : this.ofiToMixed)[qp.inner.qpn] = -1;
+    const [a, b] = qp.parts();
+    if (a) this.shmToMixed[a.qpn] = -1;
+    if (b) this.ofiToMixed[b.qpn] = -1;
   }
 
   close(): void {

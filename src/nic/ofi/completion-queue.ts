@@ -89,7 +89,7 @@ export class OfiCompletionQueue implements CompletionQueue {
           qp.onVerify(ok, text);
           break;
         default:
-          if (!ok) qp.fail(Status.TRANSPORT, `a credit update toward ${qp.peerLabel} failed in the fabric: ${text}`);
+          qp.onGrant(ok, text);
       }
     }
     return n;

@@ -248,7 +248,7 @@ export class OfiDevice implements Device, QpHost {
       this.lastPeerCheck = now;
       for (const qp of this.qps) {
         if (!qp || qp.state !== 'ready') continue;
-        qp.checkPeer();
+        qp.checkPeer(now);
         qp.checkTimeout(now);
       }
     }

@@ -18,7 +18,7 @@
  */
 import { OP_NAMES, QueuePairBase } from '../queue-pair-base.js';
 import { WeftError, type WeftErrorCode } from '../../errors.js';
-import { isPeerAlive, type ProcessIdentity } from '../../host/identity.js';
+import { isPeerAlive, isSameHost, type ProcessIdentity } from '../../host/identity.js';
 import { sweepDeadSegments } from '../../host/segments.js';
 import { sweepFabricSegments } from '../../host/fabric-segments.js';
 import type { LocalCompletions } from '../local-completions.js';
@@ -67,6 +67,8 @@ interface PendingOp {
 }
 
 const NATIVE_OP = [0, L.NOP_WRITE, L.NOP_WRITEDATA, L.NOP_READ];
+/** How often a peer on another host is probed while this QP is polled. */
+const PROBE_MS = 500;
 const MASK = L.RING - 1;
 
 function codeOf(status: number): WeftErrorCode {
@@ -110,6 +112,19 @@ export class OfiQueuePair extends QueuePairBase implements QueuePair {
   private inflightWrites = 0;
   private readonly sq: PendingOp[] = [];
   private verifying: OfiRemoteRegion | undefined;
+  /** A liveness read toward a peer on another host is in flight (checkPeer). */
+  private probing = false;
+  private lastProbe = 0;
+  private probeSince = 0;
+
+  /**
+   * How long a liveness read toward this peer (on another host) has gone unanswered, 0 when
+   * none is pending. libfabric's rxm neither completes nor fails operations toward a peer
+   * whose process died: a timeout then names the peers that stopped answering.
+   */
+  get unansweredMs(): number {
+    return this.probing && this.state === 'ready' ? performance.now() - this.probeSince : 0;
+  }
   /** See QueuePair.handshake. */
   handshakeState: 'pending' | 'done' | 'failed' | undefined;
 
@@ -224,7 +239,8 @@ export class OfiQueuePair extends QueuePairBase implements QueuePair {
     if (((this.tail - this.head) | 0) >= L.RING) return false;
     if (remote.state !== VALID) {
       if (remote.state === INVALID) return this.completeNow(op, wrId, Status.REMOTE_ACCESS, this.accessError(op, wrId, remote, rOff, len));
-      if (remote.state === UNVERIFIED && this.verifying === undefined) this.startVerify(remote);
+      // One read in the VERIFY slot at a time: a liveness probe in flight goes first.
+      if (remote.state === UNVERIFIED && this.verifying === undefined && !this.probing) this.startVerify(remote);
       return remote.state === INVALID ? this.completeNow(op, wrId, Status.REMOTE_ACCESS, this.accessError(op, wrId, remote, rOff, len)) : false;
     }
     if (rOff + len > remote.byteLength) return this.completeNow(op, wrId, Status.REMOTE_ACCESS, this.accessError(op, wrId, remote, rOff, len));
@@ -335,6 +351,12 @@ export class OfiQueuePair extends QueuePairBase implements QueuePair {
   /** Completion of the verification read. */
   onVerify(ok: boolean, text: string): void {
     const r = this.verifying;
+    if (this.state === 'ready' && this.probing && !r) {
+      this.probing = false;
+      if (!ok) this.fail(Status.PEER_DEAD, `${this.peerLabel} at ${this.peerAddress} is unreachable: the fabric failed a read (${text}); its process or its host is gone`);
+      else if (this.sq.length > 0) this.host.queued(this);
+      return;
+    }
     if (this.state === 'ready' && this.handshakeState === 'pending' && !r) {
       this.handshakeState = ok ? 'done' : 'failed';
       if (!ok) this.fail(Status.TRANSPORT, `the handshake with ${this.peerLabel} at ${this.peerAddress} failed in the fabric: ${text}`);
@@ -448,14 +470,33 @@ export class OfiQueuePair extends QueuePairBase implements QueuePair {
     }
   }
 
-  checkPeer(): void {
-    if (this.state === 'ready' && this.peer && !isPeerAlive(this.peer.identity)) {
+  checkPeer(now: number): void {
+    if (this.state !== 'ready' || !this.peer) return;
+    if (!isPeerAlive(this.peer.identity)) {
       this.fail(Status.PEER_DEAD, `${this.peerLabel} (pid ${this.peer.identity.pid}) is dead`);
       // A killed peer on this host left its shared memory (libfabric's shm provider keeps an
       // endpoint region per process); without a launcher nobody else would remove it.
       sweepDeadSegments(this.peer.identity.pid);
       sweepFabricSegments(this.peer.identity.pid);
+      return;
     }
+    // A peer on another host cannot be looked up: ask the fabric. A peer that died closed its
+    // connections, and a read toward it fails at once; a busy peer answers when it polls.
+    // (A read of its region table: signaled, answered by a live peer that polls; rxm neither
+    // completes nor fails it toward a dead one, so a timeout names peers silent for long.)
+    if (!isSameHost(this.peer.identity) && !this.probing && this.verifying === undefined && this.handshakeState !== 'pending' && now - this.lastProbe >= PROBE_MS) {
+      this.probing = true;
+      this.lastProbe = now;
+      this.probeSince = now;
+      this.stageInternal(L.NOP_READ, L.VERIFY + this.qpn * 32, 32, BigInt(L.MR_TABLE), L.CTX_VERIFY);
+    }
+  }
+
+  /** Completion of a credit write. */
+  onGrant(ok: boolean, text: string): void {
+    if (ok) return;
+    const remote = this.peer && !isSameHost(this.peer.identity);
+    this.fail(remote ? Status.PEER_DEAD : Status.TRANSPORT, remote ? `${this.peerLabel} at ${this.peerAddress} is unreachable: the fabric lost the connection (${text}); its process or its host is gone` : `a credit update toward ${this.peerLabel} failed in the fabric: ${text}`);
   }
 
   /** Credits granted but not yet published (published before sleeping). */
@@ -501,6 +542,7 @@ export class OfiQueuePair extends QueuePairBase implements QueuePair {
     this.sq.length = 0;
     this.inflightReads = this.inflightWrites = 0;
     this.verifying = undefined;
+    this.probing = false;
     if (this.handshakeState === 'pending') this.handshakeState = 'failed';
   }
 

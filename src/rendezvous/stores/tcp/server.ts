@@ -138,6 +138,11 @@ export class TcpStoreServer {
     return this.#secret;
   }
 
+  /** Open client connections (a launcher hosting the store waits for its job's to go). */
+  get connections(): number {
+    return this.conns.size;
+  }
+
   private bound(): void {
     const a = this.server.address() as AddressInfo;
     this.address = { host: a.address, port: a.port };

@@ -1,0 +1,128 @@
+// Jobs that span hosts, on hosts emulated with network namespaces (harness/emulated-hosts.ts):
+// each host has its own hostname, its own /dev/shm and one address on a shared link. Inside a
+// host ranks talk over shared memory, between hosts over libfabric (tcp), in one job: nothing
+// here sets WEFT_PROVIDER. Needs root; elsewhere every case is skipped with one line saying why.
+// WEFT_SOAK=1 runs the collectives at their full large size (1 MiB + 3 elements).
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { randomBytes } from 'node:crypto';
+import { EmulatedHosts } from '../../harness/emulated-hosts.js';
+import { runOnHosts, startRedisOn, type HostStore } from '../../harness/host-jobs.js';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const COLLECTIVES = path.resolve(here, '..', 'collectives', 'workers', 'collectives-rank.js');
+const HOSTS_RANK = path.join(here, 'workers', 'hosts-rank.js');
+const RPC = path.resolve(here, '..', 'rpc', 'workers', 'shared-device.js');
+const soak = process.env.WEFT_SOAK === '1';
+const hasOfi = (await import('../../src/native/binding.js')).native.ofi.available;
+const why = EmulatedHosts.unavailable() ?? (hasOfi ? undefined : 'jobs across hosts need libfabric (apt-get install libfabric-dev, then npm rebuild)');
+
+if (why) {
+  console.log(`hosts.test: skipped: ${why}`);
+} else {
+  let hosts: EmulatedHosts;
+  let redis: HostStore;
+  test.before(async () => {
+    hosts = await EmulatedHosts.create(3);
+    redis = await startRedisOn(hosts, 0);
+  });
+  test.after(async () => {
+    await hosts?.destroy();
+    const left = EmulatedHosts.leftovers();
+    if (left.length) throw new Error(`emulated hosts left namespaces behind: ${left.join(', ')}`);
+  });
+
+  const secret = randomBytes(16).toString('hex');
+  const master = (): HostStore => ({ kind: 'master', host: 0, port: 29400 + Math.floor(Math.random() * 500), secret });
+  const big: Record<string, string> = soak ? {} : { WEFT_TEST_BIG: '70001' };
+
+  test('2 hosts x 2 ranks over Redis: local ranks, host names and a device that mixes shm and the fabric', async () => {
+    const r = await runOnHosts(hosts, { perHost: [2, 2], script: HOSTS_RANK, args: ['info'], store: redis });
+    assert.equal(r.codes.slice(0, 2), [0, 0], r.out.slice(-3000));
+    for (let k = 0; k < 4; k++) {
+      const info = JSON.parse(new RegExp(`info rank ${k}: (\\{.*\\})`).exec(r.out)?.[1] ?? 'null');
+      assert.ok(info, r.out.slice(-3000));
+      assert.is(info.localRank, k % 2);
+      assert.is(info.localSize, 2);
+      assert.equal(info.hosts, ['weft-h0', 'weft-h0', 'weft-h1', 'weft-h1']);
+      assert.match(info.provider, /^shm\+ofi:/);
+    }
+    assert.not.match(r.out, /leaked in \/dev\/shm/);
+  });
+
+  test(`every collective against its reference, 2 hosts x 2 ranks over Redis${soak ? '' : ' (large size 70001)'}`, async () => {
+    const r = await runOnHosts(hosts, { perHost: [2, 2], script: COLLECTIVES, args: ['matrix'], store: redis, env: big, timeoutMs: 600_000 });
+    assert.equal(r.codes.slice(0, 2), [0, 0], r.out.slice(-3000));
+    for (let k = 0; k < 4; k++) assert.match(r.out, new RegExp(`ok rank ${k}: \\d+ checks`));
+    assert.not.match(r.out, /leaked in \/dev\/shm/);
+  });
+
+  test(`every collective against its reference, 3 hosts x {1, 2, 1} ranks over a launcher-hosted TcpStore with a secret${soak ? '' : ' (large size 70001)'}`, async () => {
+    const r = await runOnHosts(hosts, { perHost: [1, 2, 1], script: COLLECTIVES, args: ['matrix'], store: master(), env: big, timeoutMs: 600_000 });
+    assert.equal(r.codes, [0, 0, 0], r.out.slice(-3000));
+    for (let k = 0; k < 4; k++) assert.match(r.out, new RegExp(`ok rank ${k}: \\d+ checks`));
+    assert.not.match(r.out, /leaked in \/dev\/shm/);
+  });
+
+  test('copyrpc and collectives on one device across 2 hosts (2,000 requests, one-sided read)', async () => {
+    const r = await runOnHosts(hosts, { perHost: [1, 1], script: RPC, store: redis, timeoutMs: 180_000 });
+    assert.equal(r.codes.slice(0, 2), [0, 0], r.out.slice(-3000));
+    assert.match(r.out, /ok rank 0: /);
+    assert.match(r.out, /ok rank 1: /);
+  });
+
+  test('a TcpStore on a network address: a launcher without the secret is refused; a client with a wrong one too', async () => {
+    const noSecret = await runOnHosts(hosts, { perHost: [1, 1], script: HOSTS_RANK, args: ['info'], store: { kind: 'master', host: 0, port: 29399, secret: '' }, timeoutMs: 30_000 });
+    assert.equal(noSecret.codes.slice(0, 2), [1, 1], noSecret.out);
+    assert.match(noSecret.outs[0], /needs a secret: set WEFT_STORE_SECRET/);
+    const m = master();
+    const wrong = await runOnHosts(hosts, { perHost: [1, 1], script: HOSTS_RANK, args: ['info'], store: m, hostEnv: { 1: { WEFT_STORE_SECRET: 'not-the-secret' } }, timeoutMs: 60_000 });
+    assert.is(wrong.codes[1], 1, wrong.out);
+    assert.match(wrong.outs[1], /secret|authenticat/i);
+  });
+
+  test('a rank that publishes an address the other host cannot reach fails in init, naming both ranks, the hosts and the address', async () => {
+    const r = await runOnHosts(hosts, { perHost: [1, 1], script: HOSTS_RANK, args: ['info'], store: redis, hostEnv: { 1: { WEFT_ADDR: '127.0.0.1' } }, env: { WEFT_TEST_TIMEOUT: '8000' }, timeoutMs: 60_000 });
+    assert.equal(r.codes.slice(0, 2), [1, 1], r.out.slice(-3000));
+    assert.match(r.out, /rank 1 \(host weft-h1, 127\.0\.0\.1\) at 127\.0\.0\.1:\d+/);
+    assert.match(r.out, /rank 0 \(host weft-h0/);
+    assert.not.match(r.out, /allreduce|barrier/);
+  });
+
+  test('every rank of one host SIGKILLed: the ranks on the other hosts fail within their timeout, naming a rank of that host', async () => {
+    let victim: import('node:child_process').ChildProcess | undefined;
+    let seen = '';
+    const job = runOnHosts(hosts, {
+      perHost: [2, 1, 1],
+      script: HOSTS_RANK,
+      args: ['loop', '50000', '5000'],
+      store: redis,
+      timeoutMs: 60_000,
+      onStart: (host, child) => {
+        if (host === 1) {
+          victim = child;
+          child.stdout!.on('data', (d) => (seen += d));
+        }
+      },
+    });
+    // Kill host 1 (its launcher and rank 2) once the job runs.
+    const t0 = performance.now();
+    while (performance.now() - t0 < 30_000) {
+      await new Promise((res) => setTimeout(res, 100));
+      if (/looping rank 2/.test(seen)) break;
+    }
+    process.kill(-(victim!.pid as number), 'SIGKILL');
+    const r = await job;
+    for (const k of [0, 1, 3]) {
+      const m = new RegExp(`rank ${k} error after (\\d+) ms (\\w+): (.*)`).exec(r.out);
+      assert.ok(m, r.out.slice(-3000));
+      assert.ok(Number(m![1]) <= 5000 + 2000, `rank ${k} took ${m![1]} ms`);
+      assert.match(m![3], /rank 2/, r.out.slice(-4000));
+    }
+    assert.not.match(r.out, /leaked in \/dev\/shm/);
+  });
+}
+
+test.run();

@@ -1,0 +1,34 @@
+// One rank of the multi-host tests (test/hosts), started by `weft run` on an emulated host.
+// argv[2] is the mode:
+//   info   prints "info rank R: {json}" (local rank and size, every rank's host, the provider)
+//   loop   allreduces (and barriers) in a loop until one fails; prints "looping rank R" after
+//          10 rounds and "rank R error after N ms CODE: message" at the end
+import { init, type WeftError } from '../../../src/index.js';
+
+const mode = process.argv[2] ?? 'info';
+const ctx = await init({ timeoutMs: Number(process.env.WEFT_TEST_TIMEOUT ?? 30_000) });
+const { rank, size } = ctx;
+
+if (mode === 'info') {
+  const hosts = [...Array(size).keys()].map((r) => ctx.hostOf(r));
+  console.log(`info rank ${rank}: ${JSON.stringify({ localRank: ctx.localRank, localSize: ctx.localSize, hosts, provider: ctx.device.providerName })}`);
+  await ctx.barrier();
+  await ctx.close();
+} else if (mode === 'loop') {
+  const x = new Float32Array(Number(process.argv[3] ?? 50_000));
+  const timeoutMs = Number(process.argv[4] ?? 5000);
+  let t0 = performance.now();
+  try {
+    for (let i = 0; ; i++) {
+      if (i === 10) console.log(`looping rank ${rank}`);
+      x.fill(1);
+      await ctx.allreduce(x, { timeoutMs });
+      if (x[0] !== size) throw new Error(`rank ${rank}: allreduce gave ${x[0]}, expected ${size}`);
+      await ctx.barrier({ timeoutMs });
+      t0 = performance.now();
+    }
+  } catch (err) {
+    console.log(`rank ${rank} error after ${Math.round(performance.now() - t0)} ms ${(err as WeftError).code}: ${(err as Error).message}`);
+  }
+  await ctx.close({ timeoutMs: 3000 });
+}
