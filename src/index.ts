@@ -13,6 +13,8 @@ export type { WaitOptions } from './util/deadline.js';
 export * from './nic/index.js';
 export * from './rendezvous/index.js';
 export { init, ProcessGroup, type InitOptions } from './job/process-group.js';
+export { Subgroup, type GroupOptions } from './job/communicator.js';
+export { HostMap, type RankHost } from './rendezvous/hosts.js';
 export { connect } from './job/bootstrap.js';
 export { JobMember, type JobParts } from './job/member.js';
 export * from './collectives/index.js';

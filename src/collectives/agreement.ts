@@ -46,9 +46,10 @@ export function* agreement(c: CollectiveCall): Algorithm {
   const ops: TransportOp[] = [];
   for (let p = 0; p < n; p++) {
     if (p === c.rank) continue;
-    const r = new RecvOp([p], SLOT, bytes.subarray(p * WORDS * 4, (p + 1) * WORDS * 4), WORDS * 4, SIG, undefined);
+    const slot = SLOT + c.device.slotBase;
+    const r = new RecvOp([c.device.worldRank(p)], slot, bytes.subarray(p * WORDS * 4, (p + 1) * WORDS * 4), WORDS * 4, SIG, undefined);
     c.device.pair(p).post(r);
-    const s = new SendOp(p, SLOT, mine, SIG, 0, 0);
+    const s = new SendOp(c.device.worldRank(p), slot, mine, SIG, 0, 0);
     c.device.pair(p).send(s);
     ops.push(r, s);
   }

@@ -9,7 +9,7 @@ import { WeftError } from '../errors.js';
 import { copyInto } from '../host/copy.js';
 import { Deadline, type WaitOptions } from '../util/deadline.js';
 import type { DType, ReduceOp } from '../reduce/index.js';
-import type { Device } from '../transport/device.js';
+import type { CollectiveTransport } from '../transport/group-view.js';
 import { RecvOp, SendOp, type ReduceSink, type TransportOp } from '../transport/ops.js';
 import { collectiveSlot, signature, type CollectiveName } from '../transport/signature.js';
 import { agreed, CHECK_CALLS } from './agreement.js';
@@ -18,7 +18,8 @@ import { agreed, CHECK_CALLS } from './agreement.js';
 export interface Group {
   readonly rank: number;
   readonly size: number;
-  readonly transport: Device;
+  /** The job's transport, or a subgroup's view of it (ranks and slots of its own). */
+  readonly transport: CollectiveTransport;
   /** Lends a scratch area of at least `bytes` bytes (pooled: no allocation in steady state). */
   acquire(bytes: number): Uint8Array;
   /** Returns a scratch area lent by acquire. */
@@ -39,7 +40,7 @@ const ASYNC_SPIN_MS = 0.25;
 export class CollectiveCall {
   readonly rank: number;
   readonly size: number;
-  readonly device: Device;
+  readonly device: CollectiveTransport;
   readonly slot: number;
   /** This call's number among its slot's calls: every rank counts the same (transport H.CALL). */
   readonly call: number;
@@ -62,7 +63,7 @@ export class CollectiveCall {
     this.device = group.transport;
     const tag = options.tag ?? 0;
     if (!Number.isInteger(tag) || tag < 0 || tag > 0xffffffff) throw new WeftError('EINVAL', `rank ${this.rank}: ${collective}: tag must be an integer in [0, 2^32), got ${tag}`);
-    this.slot = collectiveSlot(collective, tag);
+    this.slot = collectiveSlot(collective, tag) + this.device.slotBase;
     this.tag = tag;
     try {
       this.deadline = new Deadline(options.timeoutMs, options.signal);
@@ -94,7 +95,7 @@ export class CollectiveCall {
   }
 
   send(to: number, bytes: Uint8Array): SendOp {
-    const op = new SendOp(to, this.slot, bytes, this.sig, 0, 0);
+    const op = new SendOp(this.device.worldRank(to), this.slot, bytes, this.sig, 0, 0);
     op.allowZeroCopy = true;
     op.call = this.call;
     this.device.pair(to).send(op);
@@ -103,7 +104,7 @@ export class CollectiveCall {
 
   /** Receives exactly `dst.byteLength` bytes from `from` into dst. */
   recv(from: number, dst: Uint8Array): RecvOp {
-    const op = new RecvOp([from], this.slot, dst, dst.byteLength, this.sig, undefined);
+    const op = new RecvOp([this.device.worldRank(from)], this.slot, dst, dst.byteLength, this.sig, undefined);
     op.call = this.call;
     this.device.pair(from).post(op);
     return op;
@@ -112,7 +113,7 @@ export class CollectiveCall {
   /** Receives into dst as dst = a op incoming (the reduction runs chunk by chunk, out of the ring). */
   recvReduce(from: number, dst: Uint8Array, a: Uint8Array, red: Reduction): RecvOp {
     const sink: ReduceSink = { op: red.op, dtype: red.dtype, elementBytes: red.elementBytes, a };
-    const op = new RecvOp([from], this.slot, dst, dst.byteLength, this.sig, sink);
+    const op = new RecvOp([this.device.worldRank(from)], this.slot, dst, dst.byteLength, this.sig, sink);
     op.call = this.call;
     this.device.pair(from).post(op);
     return op;

@@ -1,5 +1,6 @@
 /** Collectives over a Group (a connected ProcessGroup): Promise and blocking variants of each. */
 export type { Group, CollectiveOptions } from './call.js';
+export { refused } from './call.js';
 export { allreduce, allreduceSync, DIRECT_MAX_BYTES, type AllreduceOptions, type AllreduceAlgorithm } from './allreduce.js';
 export { reduceScatter, reduceScatterSync, type ReduceScatterOptions } from './reduce-scatter.js';
 export { allgather, allgatherSync, allgatherv, allgathervSync } from './allgather.js';

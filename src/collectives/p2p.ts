@@ -24,11 +24,11 @@ export class Request {
   /** Resolves to the peer rank (the source, for a receive) once the operation finished. */
   async wait(): Promise<number> {
     await this.g.transport.waitAsync([this.op], new Deadline(this.options.timeoutMs, this.options.signal), this.what);
-    return this.op.peer;
+    return this.g.transport.groupRank(this.op.peer);
   }
   waitSync(): number {
     this.g.transport.waitSync([this.op], new Deadline(this.options.timeoutMs, this.options.signal), this.what);
-    return this.op.peer;
+    return this.g.transport.groupRank(this.op.peer);
   }
   /** Bytes received (receives) or sent. */
   get byteLength(): number {
@@ -64,7 +64,7 @@ export function isend(g: Group, data: TypedArray, dst: number, options: Collecti
   } catch (err) {
     throw refused(g, err);
   }
-  const op = new SendOp(dst, collectiveSlot('p2p', tag), bytesOf(data), 0, 0, 0);
+  const op = new SendOp(g.transport.worldRank(dst), collectiveSlot('p2p', tag) + g.transport.slotBase, bytesOf(data), 0, 0, 0);
   g.transport.pair(dst).send(op);
   return new Request(g, op, `${where} (tag ${tag})`, options);
 }
@@ -90,7 +90,7 @@ export function irecv(g: Group, data: TypedArray, src: number | readonly number[
   } catch (err) {
     throw refused(g, err);
   }
-  const op = new RecvOp(srcs, collectiveSlot('p2p', tag), bytesOf(data), -1, 0, undefined);
+  const op = new RecvOp(srcs.map((s) => g.transport.worldRank(s)), collectiveSlot('p2p', tag) + g.transport.slotBase, bytesOf(data), -1, 0, undefined);
   for (const s of srcs) {
     g.transport.pair(s).post(op);
     if (op.matched || op.settled) break;

@@ -6,6 +6,7 @@
  */
 import { joinJob, type InitOptions } from './bootstrap.js';
 import { JobMember } from './member.js';
+import { withCollectives } from './communicator.js';
 import * as C from '../collectives/index.js';
 import { RpcEngine, type RpcEngineOptions } from '../rpc/engine.js';
 import type { WaitOptions } from '../util/deadline.js';
@@ -15,7 +16,7 @@ import type { TypedArrayConstructor } from '../transport/shared-arrays.js';
 /** Tag of the barrier inside close(): out of the way of user tags (they may use the whole range, rarely this one). */
 const CLOSE_TAG = 0xffffffff;
 
-export class ProcessGroup extends JobMember implements C.Group {
+export class ProcessGroup extends withCollectives(JobMember) {
   private rpcEngine: RpcEngine | undefined;
 
   /**
@@ -70,99 +71,6 @@ export class ProcessGroup extends JobMember implements C.Group {
 
   protected override closeUsers(): void {
     this.rpcEngine?.close();
-  }
-
-  /** @see allreduce in collectives/allreduce.ts */
-  allreduce<T extends TypedArray>(data: T, options?: C.AllreduceOptions): Promise<T> {
-    return C.allreduce(this, data, options);
-  }
-  allreduceSync<T extends TypedArray>(data: T, options?: C.AllreduceOptions): T {
-    return C.allreduceSync(this, data, options);
-  }
-  reduceScatter<T extends TypedArray>(input: T, output: T, options?: C.ReduceScatterOptions): Promise<T> {
-    return C.reduceScatter(this, input, output, options);
-  }
-  reduceScatterSync<T extends TypedArray>(input: T, output: T, options?: C.ReduceScatterOptions): T {
-    return C.reduceScatterSync(this, input, output, options);
-  }
-  allgather<T extends TypedArray>(input: T, output: T, options?: C.CollectiveOptions): Promise<T> {
-    return C.allgather(this, input, output, options);
-  }
-  allgatherSync<T extends TypedArray>(input: T, output: T, options?: C.CollectiveOptions): T {
-    return C.allgatherSync(this, input, output, options);
-  }
-  allgatherv<T extends TypedArray>(input: T, output: T, counts: readonly number[], options?: C.CollectiveOptions): Promise<T> {
-    return C.allgatherv(this, input, output, counts, options);
-  }
-  allgathervSync<T extends TypedArray>(input: T, output: T, counts: readonly number[], options?: C.CollectiveOptions): T {
-    return C.allgathervSync(this, input, output, counts, options);
-  }
-  broadcast<T extends TypedArray>(data: T, options?: C.RootOptions): Promise<T> {
-    return C.broadcast(this, data, options);
-  }
-  broadcastSync<T extends TypedArray>(data: T, options?: C.RootOptions): T {
-    return C.broadcastSync(this, data, options);
-  }
-  reduce<T extends TypedArray>(data: T, options?: C.ReduceOptions): Promise<T> {
-    return C.reduce(this, data, options);
-  }
-  reduceSync<T extends TypedArray>(data: T, options?: C.ReduceOptions): T {
-    return C.reduceSync(this, data, options);
-  }
-  gather<T extends TypedArray>(input: T, output: T | undefined, options?: C.RootOptions): Promise<T | undefined> {
-    return C.gather(this, input, output, options);
-  }
-  gatherSync<T extends TypedArray>(input: T, output: T | undefined, options?: C.RootOptions): T | undefined {
-    return C.gatherSync(this, input, output, options);
-  }
-  gatherv<T extends TypedArray>(input: T, output: T | undefined, counts: readonly number[], options?: C.RootOptions): Promise<T | undefined> {
-    return C.gatherv(this, input, output, counts, options);
-  }
-  gathervSync<T extends TypedArray>(input: T, output: T | undefined, counts: readonly number[], options?: C.RootOptions): T | undefined {
-    return C.gathervSync(this, input, output, counts, options);
-  }
-  scatter<T extends TypedArray>(input: T | undefined, output: T, options?: C.RootOptions): Promise<T> {
-    return C.scatter(this, input, output, options);
-  }
-  scatterSync<T extends TypedArray>(input: T | undefined, output: T, options?: C.RootOptions): T {
-    return C.scatterSync(this, input, output, options);
-  }
-  alltoall<T extends TypedArray>(input: T, output: T, options?: C.CollectiveOptions): Promise<T> {
-    return C.alltoall(this, input, output, options);
-  }
-  alltoallSync<T extends TypedArray>(input: T, output: T, options?: C.CollectiveOptions): T {
-    return C.alltoallSync(this, input, output, options);
-  }
-  alltoallv<T extends TypedArray>(input: T, sendCounts: readonly number[], output: T, recvCounts: readonly number[], options?: C.CollectiveOptions): Promise<T> {
-    return C.alltoallv(this, input, sendCounts, output, recvCounts, options);
-  }
-  alltoallvSync<T extends TypedArray>(input: T, sendCounts: readonly number[], output: T, recvCounts: readonly number[], options?: C.CollectiveOptions): T {
-    return C.alltoallvSync(this, input, sendCounts, output, recvCounts, options);
-  }
-  barrier(options?: C.CollectiveOptions): Promise<void> {
-    return C.barrier(this, options);
-  }
-  barrierSync(options?: C.CollectiveOptions): void {
-    C.barrierSync(this, options);
-  }
-  send(data: TypedArray, dst: number, options?: C.CollectiveOptions): Promise<void> {
-    return C.send(this, data, dst, options);
-  }
-  sendSync(data: TypedArray, dst: number, options?: C.CollectiveOptions): void {
-    C.sendSync(this, data, dst, options);
-  }
-  /** Receives from `src` (a rank, ranks, or any when omitted); resolves to the source rank. */
-  recv(data: TypedArray, src?: number | readonly number[], options?: C.CollectiveOptions): Promise<number> {
-    return C.recv(this, data, src, options);
-  }
-  recvSync(data: TypedArray, src?: number | readonly number[], options?: C.CollectiveOptions): number {
-    return C.recvSync(this, data, src, options);
-  }
-  isend(data: TypedArray, dst: number, options?: C.CollectiveOptions): C.Request {
-    return C.isend(this, data, dst, options);
-  }
-  irecv(data: TypedArray, src?: number | readonly number[], options?: C.CollectiveOptions): C.Request {
-    return C.irecv(this, data, src, options);
   }
 }
 

@@ -17,6 +17,7 @@ import type { TransportOp } from './ops.js';
 import { Pair, type PairHost } from './pair.js';
 import { SharedArrays } from './shared-arrays.js';
 import { BytePool } from './byte-pool.js';
+import type { CollectiveTransport } from './group-view.js';
 
 /** Ring shape; every rank of a job must use the same. */
 export interface TransportOptions {
@@ -44,7 +45,11 @@ const NO_OPS: readonly TransportOp[] = [];
 /** A peer on another host silent this long on the fabric is named in timeouts (ms). */
 const SILENT_MS = 1000;
 
-export class Device implements PairHost, CompletionSink {
+export class Device implements PairHost, CompletionSink, CollectiveTransport {
+  /** The job's own calls use slots from 0 (subgroups: GroupView). */
+  readonly slotBase = 0;
+  /** The next subgroup id this process would propose (see proposeGroupId). */
+  private nextGroupId = 1;
   readonly geometry: RingGeometry;
   readonly inbox: MemoryRegion;
   readonly staging: MemoryRegion;
@@ -116,6 +121,30 @@ export class Device implements PairHost, CompletionSink {
       this.router.attach(qp.qpn, this);
     });
     this.board = Board.open(this);
+  }
+
+  /** The job's transport numbers ranks as the job does. */
+  worldRank(r: number): number {
+    return r;
+  }
+  groupRank(w: number): number {
+    return w;
+  }
+  get device(): Device {
+    return this;
+  }
+
+  /**
+   * Subgroup ids: every rank of the parent proposes its next id, the largest proposal wins
+   * and every member moves past it (adoptGroupId). A process never reuses an id, so two
+   * groups that share a rank never share an id; disjoint groups may, harmlessly (their
+   * messages travel on different pairs).
+   */
+  proposeGroupId(): number {
+    return this.nextGroupId;
+  }
+  adoptGroupId(id: number): void {
+    if (id >= this.nextGroupId) this.nextGroupId = id + 1;
   }
 
   pair(p: number): Pair {

@@ -54,6 +54,14 @@ function matrix(provider: string, n: number, big?: number): void {
 }
 
 for (const provider of hasOfi ? ['shm', 'ofi'] : ['shm']) {
+  test(`subgroups: split (keys reversed) and newGroup run every collective, isolated from the job's calls on the same tag, 5 ranks over ${provider}`, async () => {
+    const r = await run([WEFT, 'run', '-n', '5', RANK, 'groups'], { WEFT_PROVIDER: provider, WEFT_TEST_BIG: '70001' }, 600_000);
+    assert.is(r.code, 0, r.out.slice(-3000));
+    for (let k = 0; k < 5; k++) assert.match(r.out, new RegExp(`ok rank ${k}: \\d+ checks`));
+  });
+}
+
+for (const provider of hasOfi ? ['shm', 'ofi'] : ['shm']) {
   test(`transport: unbound buffers (offsets, any source, abortWaitRecv) and bound buffers, 3 ranks over ${provider}`, async () => {
     const r = await run([WEFT, 'run', '-n', '3', RANK, 'transport'], { WEFT_PROVIDER: provider }, 120_000);
     assert.is(r.code, 0, r.out.slice(-3000));

@@ -66,6 +66,12 @@ if (why) {
     assert.not.match(r.out, /leaked in \/dev\/shm/);
   });
 
+  test(`subgroups across hosts: split and newGroup run every collective, 3 hosts x {1, 2, 1}${soak ? '' : ' (large size 70001)'}`, async () => {
+    const r = await runOnHosts(hosts, { perHost: [1, 2, 1], script: COLLECTIVES, args: ['groups'], store: redis, env: big, timeoutMs: 600_000 });
+    assert.equal(r.codes, [0, 0, 0], r.out.slice(-3000));
+    for (let k = 0; k < 4; k++) assert.match(r.out, new RegExp(`ok rank ${k}: \\d+ checks`));
+  });
+
   test('copyrpc and collectives on one device across 2 hosts (2,000 requests, one-sided read)', async () => {
     const r = await runOnHosts(hosts, { perHost: [1, 1], script: RPC, store: redis, timeoutMs: 180_000 });
     assert.equal(r.codes.slice(0, 2), [0, 0], r.out.slice(-3000));

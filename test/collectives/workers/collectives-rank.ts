@@ -4,15 +4,19 @@
 //   mismatch  rank 1 passes a different length (or dtype, with argv[3] = 'dtype')
 //   kill      allreduce (argv[3] elements; argv[4] 'barrier': barriers) in a loop; the last rank SIGKILLs itself mid-way
 //   shared    allreduce over ctx.alloc arrays read in place (shm), mixed with heap arrays
+//   groups    the matrix on subgroups (split by parity with reversed keys, then newGroup of
+//             the job's first and last rank), with world calls on the same tags in between
 // Prints "ok rank R: N checks" at the end, or throws (exit code 1) naming the failed case.
-import { init, WeftError, UnboundBuffer, createSendBuffer, createRecvBuffer, type ProcessGroup, type TypedArray } from '../../../src/index.js';
+import { init, WeftError, UnboundBuffer, createSendBuffer, createRecvBuffer, type ProcessGroup, type Subgroup, type TypedArray } from '../../../src/index.js';
 import type { ReduceOp } from '../../../src/reduce/index.js';
 
 type Ctor = { new (n: number): TypedArray; name: string; BYTES_PER_ELEMENT: number };
 const mode = process.argv[2] ?? 'matrix';
 const big = Number(process.env.WEFT_TEST_BIG ?? 1024 * 1024 + 3);
 const ctx = await init({ timeoutMs: Number(process.env.WEFT_TEST_TIMEOUT ?? 60_000) });
-const { rank, size } = ctx;
+// The matrix checks one communicator at a time: these are its rank and size (groups mode moves them).
+let { rank, size } = ctx;
+type Comm = ProcessGroup | Subgroup;
 let checks = 0;
 
 const isBig = (C: Ctor) => C.name.startsWith('Big');
@@ -82,11 +86,11 @@ function same(what: string, got: TypedArray, want: TypedArray, from = 0, len = w
 const ALL: Ctor[] = [Float32Array, Float64Array, Int8Array, Uint8Array, Int16Array, Uint16Array, Int32Array, Uint32Array, BigInt64Array, BigUint64Array];
 const SIZES = [0, 1, 7, 1000];
 
-async function matrix(c: ProcessGroup): Promise<void> {
+async function matrix(c: Comm): Promise<void> {
   // allreduce: every dtype with sum; every op on a few dtypes; each algorithm; in/out of place; async/sync.
   for (const C of ALL) {
     for (const n of [...SIZES, ...(C === Float32Array || C === Int32Array ? [big] : [])]) {
-      const shm = c.device.provider === 'shm'; // the board needs every rank on one host
+      const shm = 'device' in c && c.device.provider === 'shm'; // the board: every rank of the job on one host
       for (const algorithm of ['auto', 'direct', 'ring', ...(shm ? ['board' as const] : [])] as const) {
         if (n === big && (algorithm === 'direct' || algorithm === 'board')) continue;
         const x = gen(C, rank, n);
@@ -366,8 +370,47 @@ async function registered(c: ProcessGroup): Promise<void> {
   same('registered send completes before the receiver calls recv; bytes as sent', got, gen(Float32Array, left, n));
 }
 
+/**
+ * Subgroups: the matrix on each half of a parity split (keys reversed: group rank 0 is the
+ * half's highest job rank), then on newGroup([0, last]); between them, world and subgroup
+ * allreduces on the same tag at once (isolated: each sums its own members).
+ */
+async function groups(c: ProcessGroup): Promise<void> {
+  const world = { rank, size };
+  const half = await c.split(world.rank % 2, -world.rank);
+  if (!half) throw new Error(`rank ${world.rank}: split gave no group`);
+  const mine = [...Array(world.size).keys()].filter((r) => r % 2 === world.rank % 2).reverse();
+  if (half.size !== mine.length || half.rank !== mine.indexOf(world.rank) || half.ranks.join() !== mine.join()) throw new Error(`rank ${world.rank}: split gave rank ${half.rank} of ${half.size} (${half.ranks}), expected ${mine.indexOf(world.rank)} of ${mine.length} (${mine})`);
+  checks++;
+  const both = async () => {
+    const a = new Float64Array(100).fill(world.rank + 1);
+    const b = new Float64Array(100).fill(world.rank + 1);
+    await Promise.all([c.allreduce(a, { tag: 7 }), half.allreduce(b, { tag: 7 })]);
+    same('world allreduce beside a subgroup one', a, new Float64Array(100).fill((world.size * (world.size + 1)) / 2));
+    same('subgroup allreduce beside a world one', b, new Float64Array(100).fill(mine.reduce((x, r) => x + r + 1, 0)));
+  };
+  await both();
+  ({ rank, size } = half);
+  memo.clear();
+  await matrix(half);
+  ({ rank, size } = world);
+  memo.clear();
+  await both();
+  const ends = await c.newGroup([world.size - 1, 0]);
+  const member = world.rank === 0 || world.rank === world.size - 1;
+  if (Boolean(ends) !== member) throw new Error(`rank ${world.rank}: newGroup membership is ${Boolean(ends)}`);
+  if (ends) {
+    ({ rank, size } = ends);
+    memo.clear();
+    await matrix(ends);
+    ({ rank, size } = world);
+    memo.clear();
+  }
+  await c.barrier();
+}
+
 /** Modes that run a set of checks and report how many passed. */
-const checked: Record<string, (c: ProcessGroup) => Promise<void>> = { registered, shared, transport, matrix };
+const checked: Record<string, (c: ProcessGroup) => Promise<void>> = { registered, shared, transport, matrix, groups };
 
 if (mode in checked) {
   await checked[mode](ctx);

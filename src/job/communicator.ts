@@ -1,0 +1,229 @@
+/**
+ * The collective and point-to-point calls, and subgroups, of any communicator: the job's
+ * ProcessGroup and the Subgroups made from it (split, newGroup). One implementation, mixed
+ * into both: a communicator is anything with a rank, a size, a transport (the job's, or a
+ * subgroup's view of it) and scratch memory.
+ */
+import { WeftError } from '../errors.js';
+import * as C from '../collectives/index.js';
+import type { TypedArray } from '../collectives/checks.js';
+import { GroupView } from '../transport/group-view.js';
+
+/** Tag of the allgather inside split/newGroup (reserved, like close()'s barrier tag). */
+const GROUP_TAG = 0xfffffffe;
+
+/** What a communicator is made of. */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export type CommunicatorBase = new (...args: any[]) => C.Group;
+
+/** Options of split and newGroup. */
+export interface GroupOptions {
+  /** Milliseconds the ranks may take to all make the call (default 30000). */
+  timeoutMs?: number;
+  signal?: AbortSignal;
+}
+
+/**
+ * Adds every collective, point-to-point call and `split` / `newGroup` to a communicator class.
+ */
+export function withCollectives<B extends CommunicatorBase>(Base: B) {
+  abstract class Communicator extends Base {
+    /**
+     * Splits this communicator as MPI_Comm_split does: every rank calls it; ranks that pass
+     * the same `color` form a new communicator, ordered by `key` (ties by rank here). A rank
+     * passing `undefined` joins none and gets undefined. The new one runs over the job's
+     * existing connections (no new ones) and its traffic never meets this one's.
+     *
+     * @example
+     * const host = await ctx.split(ctx.hosts.hostIndex[ctx.rank]);   // the ranks of my host
+     * await host!.allreduce(x);
+     */
+    async split(color: number | undefined, key = 0, options: GroupOptions = {}): Promise<Subgroup | undefined> {
+      const where = `rank ${this.rank}: split`;
+      if (color !== undefined && (!Number.isInteger(color) || color < 0 || color > 0x7fffffff)) throw C.refused(this, new WeftError('EINVAL', `${where}: color must be an integer in [0, 2^31) or undefined, got ${color}`));
+      if (!Number.isInteger(key) || key < -0x80000000 || key > 0x7fffffff) throw C.refused(this, new WeftError('EINVAL', `${where}: key must be a 32-bit integer, got ${key}`));
+      const all = await exchange(this, [color ?? -1, key, this.transport.device.proposeGroupId(), 0], options);
+      const id = agreeOnId(this, all);
+      if (color === undefined) return undefined;
+      const members: number[] = [];
+      for (let r = 0; r < this.size; r++) if (all[r * 4] === color) members.push(r);
+      members.sort((a, b) => all[a * 4 + 1] - all[b * 4 + 1] || a - b);
+      return subgroup(this, members, id);
+    }
+
+    /**
+     * A communicator of `ranks` (of this one), as torch's new_group: every rank of this
+     * communicator calls it with the same ranks; members get the new one (numbered in rank
+     * order), the others undefined.
+     *
+     * @example
+     * const evens = await ctx.newGroup([0, 2, 4, 6]);
+     * if (evens) await evens.broadcast(x, { root: 0 });   // root 0 of the group: job rank 0
+     */
+    async newGroup(ranks: readonly number[], options: GroupOptions = {}): Promise<Subgroup | undefined> {
+      const where = `rank ${this.rank}: newGroup`;
+      const sorted = Array.isArray(ranks) ? [...ranks].sort((a, b) => a - b) : [];
+      const bad = !Array.isArray(ranks) || ranks.length === 0 || sorted.some((r, i) => !Number.isInteger(r) || r < 0 || r >= this.size || (i > 0 && sorted[i - 1] === r));
+      if (bad) throw C.refused(this, new WeftError('EINVAL', `${where}: ranks must be distinct ranks in [0, ${this.size}), at least one; got ${JSON.stringify(ranks)}`));
+      let h = 0x811c9dc5;
+      for (const r of sorted) h = Math.imul(h ^ r, 0x01000193);
+      const all = await exchange(this, [h | 0, sorted.length, this.transport.device.proposeGroupId(), 0], options);
+      for (let r = 0; r < this.size; r++) {
+        if (all[r * 4] !== (h | 0) || all[r * 4 + 1] !== sorted.length) {
+          throw C.refused(this, new WeftError('EINVAL', `${where}: rank ${r} passed other ranks than this rank's ${JSON.stringify(sorted)}: every rank must pass the same list`));
+        }
+      }
+      const id = agreeOnId(this, all);
+      return sorted.includes(this.rank) ? subgroup(this, sorted, id) : undefined;
+    }
+
+    /** @see allreduce in collectives/allreduce.ts */
+    allreduce<T extends TypedArray>(data: T, options?: C.AllreduceOptions): Promise<T> {
+      return C.allreduce(this, data, options);
+    }
+    allreduceSync<T extends TypedArray>(data: T, options?: C.AllreduceOptions): T {
+      return C.allreduceSync(this, data, options);
+    }
+    reduceScatter<T extends TypedArray>(input: T, output: T, options?: C.ReduceScatterOptions): Promise<T> {
+      return C.reduceScatter(this, input, output, options);
+    }
+    reduceScatterSync<T extends TypedArray>(input: T, output: T, options?: C.ReduceScatterOptions): T {
+      return C.reduceScatterSync(this, input, output, options);
+    }
+    allgather<T extends TypedArray>(input: T, output: T, options?: C.CollectiveOptions): Promise<T> {
+      return C.allgather(this, input, output, options);
+    }
+    allgatherSync<T extends TypedArray>(input: T, output: T, options?: C.CollectiveOptions): T {
+      return C.allgatherSync(this, input, output, options);
+    }
+    allgatherv<T extends TypedArray>(input: T, output: T, counts: readonly number[], options?: C.CollectiveOptions): Promise<T> {
+      return C.allgatherv(this, input, output, counts, options);
+    }
+    allgathervSync<T extends TypedArray>(input: T, output: T, counts: readonly number[], options?: C.CollectiveOptions): T {
+      return C.allgathervSync(this, input, output, counts, options);
+    }
+    broadcast<T extends TypedArray>(data: T, options?: C.RootOptions): Promise<T> {
+      return C.broadcast(this, data, options);
+    }
+    broadcastSync<T extends TypedArray>(data: T, options?: C.RootOptions): T {
+      return C.broadcastSync(this, data, options);
+    }
+    reduce<T extends TypedArray>(data: T, options?: C.ReduceOptions): Promise<T> {
+      return C.reduce(this, data, options);
+    }
+    reduceSync<T extends TypedArray>(data: T, options?: C.ReduceOptions): T {
+      return C.reduceSync(this, data, options);
+    }
+    gather<T extends TypedArray>(input: T, output: T | undefined, options?: C.RootOptions): Promise<T | undefined> {
+      return C.gather(this, input, output, options);
+    }
+    gatherSync<T extends TypedArray>(input: T, output: T | undefined, options?: C.RootOptions): T | undefined {
+      return C.gatherSync(this, input, output, options);
+    }
+    gatherv<T extends TypedArray>(input: T, output: T | undefined, counts: readonly number[], options?: C.RootOptions): Promise<T | undefined> {
+      return C.gatherv(this, input, output, counts, options);
+    }
+    gathervSync<T extends TypedArray>(input: T, output: T | undefined, counts: readonly number[], options?: C.RootOptions): T | undefined {
+      return C.gathervSync(this, input, output, counts, options);
+    }
+    scatter<T extends TypedArray>(input: T | undefined, output: T, options?: C.RootOptions): Promise<T> {
+      return C.scatter(this, input, output, options);
+    }
+    scatterSync<T extends TypedArray>(input: T | undefined, output: T, options?: C.RootOptions): T {
+      return C.scatterSync(this, input, output, options);
+    }
+    alltoall<T extends TypedArray>(input: T, output: T, options?: C.CollectiveOptions): Promise<T> {
+      return C.alltoall(this, input, output, options);
+    }
+    alltoallSync<T extends TypedArray>(input: T, output: T, options?: C.CollectiveOptions): T {
+      return C.alltoallSync(this, input, output, options);
+    }
+    alltoallv<T extends TypedArray>(input: T, sendCounts: readonly number[], output: T, recvCounts: readonly number[], options?: C.CollectiveOptions): Promise<T> {
+      return C.alltoallv(this, input, sendCounts, output, recvCounts, options);
+    }
+    alltoallvSync<T extends TypedArray>(input: T, sendCounts: readonly number[], output: T, recvCounts: readonly number[], options?: C.CollectiveOptions): T {
+      return C.alltoallvSync(this, input, sendCounts, output, recvCounts, options);
+    }
+    barrier(options?: C.CollectiveOptions): Promise<void> {
+      return C.barrier(this, options);
+    }
+    barrierSync(options?: C.CollectiveOptions): void {
+      C.barrierSync(this, options);
+    }
+    send(data: TypedArray, dst: number, options?: C.CollectiveOptions): Promise<void> {
+      return C.send(this, data, dst, options);
+    }
+    sendSync(data: TypedArray, dst: number, options?: C.CollectiveOptions): void {
+      C.sendSync(this, data, dst, options);
+    }
+    /** Receives from `src` (a rank, ranks, or any when omitted); resolves to the source rank. */
+    recv(data: TypedArray, src?: number | readonly number[], options?: C.CollectiveOptions): Promise<number> {
+      return C.recv(this, data, src, options);
+    }
+    recvSync(data: TypedArray, src?: number | readonly number[], options?: C.CollectiveOptions): number {
+      return C.recvSync(this, data, src, options);
+    }
+    isend(data: TypedArray, dst: number, options?: C.CollectiveOptions): C.Request {
+      return C.isend(this, data, dst, options);
+    }
+    irecv(data: TypedArray, src?: number | readonly number[], options?: C.CollectiveOptions): C.Request {
+      return C.irecv(this, data, src, options);
+    }
+  }
+  return Communicator;
+}
+
+/** Every rank's four words (an allgather on the reserved tag). */
+async function exchange(comm: C.Group, words: number[], options: GroupOptions): Promise<Int32Array> {
+  const out = new Int32Array(4 * comm.size);
+  await C.allgather(comm, Int32Array.from(words), out, { tag: GROUP_TAG, timeoutMs: options.timeoutMs ?? 30_000, signal: options.signal });
+  return out;
+}
+
+/** The largest proposed id; every rank moves past it. */
+function agreeOnId(comm: C.Group, all: Int32Array): number {
+  let id = 0;
+  for (let r = 0; r < comm.size; r++) id = Math.max(id, all[r * 4 + 2]);
+  comm.transport.device.adoptGroupId(id);
+  return id;
+}
+
+function subgroup(comm: C.Group, members: number[], id: number): Subgroup {
+  const worldMembers = members.map((r) => comm.transport.worldRank(r));
+  return new Subgroup(comm, new GroupView(comm.transport.device, worldMembers, id), members.indexOf(comm.rank));
+}
+
+/** What a Subgroup is built on: its parent (for scratch memory) and its view of the transport. */
+class SubgroupBase implements C.Group {
+  readonly size: number;
+  constructor(
+    /** The communicator this one was made from. */
+    readonly parent: C.Group,
+    readonly transport: GroupView,
+    /** This rank's number in the subgroup. */
+    readonly rank: number,
+  ) {
+    this.size = transport.members.length;
+  }
+  /** The job ranks of the members, in subgroup order. */
+  get ranks(): readonly number[] {
+    return this.transport.members;
+  }
+  /** The job rank of member `r`. */
+  worldRank(r: number): number {
+    return this.transport.worldRank(r);
+  }
+  acquire(bytes: number): Uint8Array {
+    return this.parent.acquire(bytes);
+  }
+  release(area: Uint8Array): void {
+    this.parent.release(area);
+  }
+}
+
+/**
+ * A communicator over some of the job's ranks (from `split` or `newGroup`): every collective
+ * and point-to-point call, with ranks numbered inside the group, over the job's connections.
+ * A failure in it aborts the whole job, as any failed collective does.
+ */
+export class Subgroup extends withCollectives(SubgroupBase) {}
