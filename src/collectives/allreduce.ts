@@ -24,7 +24,12 @@ import { signature } from '../transport/signature.js';
 import { ringAllgather, ringReduceScatter, staggered } from './ring.js';
 import { sharedAllreduce, sharedAllreduceSync, type SharedCall } from './allreduce-shared.js';
 
-export type AllreduceAlgorithm = 'auto' | 'board' | 'direct' | 'ring' | 'shared';
+/**
+ * 'hierarchical': inside each host, then across hosts (collectives/hierarchical.ts); what
+ * 'auto' picks when the job spans hosts, and the same as 'auto' when it does not.
+ */
+export type AllreduceAlgorithm = 'auto' | 'board' | 'direct' | 'ring' | 'shared' | 'hierarchical';
+const ALGORITHMS: readonly AllreduceAlgorithm[] = ['auto', 'board', 'direct', 'ring', 'shared', 'hierarchical'];
 
 export interface AllreduceOptions extends CollectiveOptions {
   /** Reduction (default 'sum'). */
@@ -67,24 +72,44 @@ interface Checked {
  */
 const lastChecked = new WeakMap<Group, Checked>();
 
+/** The argument checks of an allreduce (cached per group for a loop over the same arrays). */
+function checked(g: Group, input: TypedArray, options: AllreduceOptions, where: string): Checked {
+  const output = options.output ?? input;
+  let k = lastChecked.get(g);
+  if (k === undefined || k.input !== input || k.output !== output || k.op !== options.op || k.float !== options.float || k.length !== input.length || input.length !== output.length) {
+    checkArray(where, 'input', input);
+    checkArray(where, 'output', output);
+    checkInOut(where, input, output);
+    checkLength(where, 'output', output, input.length, 'an allreduce output has as many elements as its input');
+    const red = reduction(where, input, options.op, options.float);
+    k = { input, output, length: input.length, op: options.op, float: options.float, red, sig: signature('allreduce', red.dtype, red.op) };
+    lastChecked.set(g, k);
+  }
+  return k;
+}
+
+/**
+ * Checks an allreduce's arguments without starting a call (a hierarchical allreduce runs as
+ * calls on subgroups); refuses them as a call would (the job is aborted).
+ */
+export function checkAllreduce(g: Group, input: TypedArray, options: AllreduceOptions, where: string): void {
+  try {
+    checked(g, input, options, where);
+    if (options.algorithm !== undefined && !ALGORITHMS.includes(options.algorithm)) throw new WeftError('EINVAL', `${where}: unknown algorithm ${JSON.stringify(options.algorithm)}; use one of ${ALGORITHMS.join(', ')}`);
+  } catch (err) {
+    throw refused(g, err);
+  }
+}
+
 function plan(g: Group, input: TypedArray, options: AllreduceOptions, where: string): Plan {
   try {
     const output = options.output ?? input;
-    let k = lastChecked.get(g);
-    if (k === undefined || k.input !== input || k.output !== output || k.op !== options.op || k.float !== options.float || k.length !== input.length || input.length !== output.length) {
-      checkArray(where, 'input', input);
-      checkArray(where, 'output', output);
-      checkInOut(where, input, output);
-      checkLength(where, 'output', output, input.length, 'an allreduce output has as many elements as its input');
-      const red = reduction(where, input, options.op, options.float);
-      k = { input, output, length: input.length, op: options.op, float: options.float, red, sig: signature('allreduce', red.dtype, red.op) };
-      lastChecked.set(g, k);
-    }
+    const k = checked(g, input, options, where);
     const red = k.red;
     const c = new CollectiveCall(g, 'allreduce', k.sig, options, input.byteLength);
     const inB = bytesOf(input);
     const outB = bytesOf(output);
-    const algorithm = options.algorithm ?? 'auto';
+    const algorithm = options.algorithm === undefined || options.algorithm === 'hierarchical' ? 'auto' : options.algorithm;
     const board = g.transport.board;
     if (algorithm === 'board' && (!board || inB.byteLength > Board.capacity)) {
       throw new WeftError('EINVAL', `${where}: algorithm 'board' needs the shm provider on one host and at most ${Board.capacity} bytes`);

@@ -30,6 +30,12 @@ export interface Group {
 export interface CollectiveOptions extends WaitOptions {
   /** Distinguishes concurrent collectives of the same kind (default 0). */
   tag?: number;
+  /**
+   * A job that spans hosts runs allreduce, broadcast, allgather, reduceScatter and barrier
+   * inside each host first, then across hosts (collectives/hierarchical.ts). false: the flat
+   * algorithm over every rank. Ignored on one host and on subgroups.
+   */
+  hierarchical?: boolean;
 }
 
 export type Algorithm = Generator<readonly TransportOp[], void, void>;

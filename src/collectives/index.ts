@@ -10,3 +10,5 @@ export { gather, gatherSync, gatherv, gathervSync, scatter, scatterSync } from '
 export { alltoall, alltoallSync, alltoallv, alltoallvSync } from './alltoall.js';
 export { barrier, barrierSync } from './barrier.js';
 export { send, recv, isend, irecv, sendSync, recvSync, Request } from './p2p.js';
+export { checkAllreduce } from './allreduce.js';
+export * from './hierarchical.js';

@@ -7,7 +7,7 @@
 import { WeftError } from '../errors.js';
 import * as C from '../collectives/index.js';
 import type { TypedArray } from '../collectives/checks.js';
-import { GroupView } from '../transport/group-view.js';
+import { GroupView, MAX_GROUP_ID } from '../transport/group-view.js';
 
 /** Tag of the allgather inside split/newGroup (reserved, like close()'s barrier tag). */
 const GROUP_TAG = 0xfffffffe;
@@ -189,6 +189,8 @@ function agreeOnId(comm: C.Group, all: Int32Array): number {
 }
 
 function subgroup(comm: C.Group, members: number[], id: number): Subgroup {
+  // Ids from MAX_GROUP_ID - 2 up belong to the hierarchy of a job that spans hosts (job/hierarchy.ts).
+  if (id >= MAX_GROUP_ID - 2) throw new WeftError('EINVAL', `rank ${comm.rank}: more than ${MAX_GROUP_ID - 3} subgroups made in one job`);
   const worldMembers = members.map((r) => comm.transport.worldRank(r));
   return new Subgroup(comm, new GroupView(comm.transport.device, worldMembers, id), members.indexOf(comm.rank));
 }

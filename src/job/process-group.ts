@@ -5,7 +5,9 @@
  * `...Sync` form that busy-polls the calling thread (lowest latency; it blocks the event loop).
  */
 import { joinJob, type InitOptions } from './bootstrap.js';
-import { JobMember } from './member.js';
+import { JobMember, type JobParts } from './member.js';
+import { hierarchyOf } from './hierarchy.js';
+import { checkArray, checkRoot } from '../collectives/checks.js';
 import { withCollectives } from './communicator.js';
 import * as C from '../collectives/index.js';
 import { RpcEngine, type RpcEngineOptions } from '../rpc/engine.js';
@@ -18,6 +20,92 @@ const CLOSE_TAG = 0xffffffff;
 
 export class ProcessGroup extends withCollectives(JobMember) {
   private rpcEngine: RpcEngine | undefined;
+  /**
+   * A job that spans hosts: the subgroups its hierarchical collectives run on (this rank's
+   * host, the hosts' leaders, the ranks with this local rank on every host). Undefined on
+   * one host.
+   */
+  readonly hierarchy: C.Hierarchy | undefined;
+
+  constructor(parts: JobParts) {
+    super(parts);
+    this.hierarchy = parts.hosts.spansHosts ? hierarchyOf(this, parts.hosts) : undefined;
+  }
+
+  /**
+   * Reduces `data` across all ranks, in place (or into `options.output`); resolves to the
+   * result. On a job that spans hosts it runs inside each host first, then across hosts
+   * (`algorithm: 'hierarchical'`, the default there).
+   *
+   * @example
+   * const grad = new Float32Array(1 << 20).fill(ctx.rank);
+   * await ctx.allreduce(grad);                 // grad[i] === 0 + 1 + ... + (size-1)
+   */
+  override allreduce<T extends TypedArray>(data: T, options: C.AllreduceOptions = {}): Promise<T> {
+    const h = this.hierarchyFor(options, options.algorithm === undefined || options.algorithm === 'auto' || options.algorithm === 'hierarchical');
+    if (!h) return super.allreduce(data, options);
+    C.checkAllreduce(this, data, options, `rank ${this.rank}: allreduce`);
+    return C.hierarchicalAllreduce(this, h, data, options);
+  }
+  override allreduceSync<T extends TypedArray>(data: T, options: C.AllreduceOptions = {}): T {
+    const h = this.hierarchyFor(options, options.algorithm === undefined || options.algorithm === 'auto' || options.algorithm === 'hierarchical');
+    if (!h) return super.allreduceSync(data, options);
+    C.checkAllreduce(this, data, options, `rank ${this.rank}: allreduceSync`);
+    return C.hierarchicalAllreduceSync(this, h, data, options);
+  }
+  override broadcast<T extends TypedArray>(data: T, options: C.RootOptions = {}): Promise<T> {
+    const h = this.hierarchyFor(options, true);
+    if (!h) return super.broadcast(data, options);
+    return C.hierarchicalBroadcast(h, data, this.checkedRoot(options, 'broadcast', data), options);
+  }
+  override broadcastSync<T extends TypedArray>(data: T, options: C.RootOptions = {}): T {
+    const h = this.hierarchyFor(options, true);
+    if (!h) return super.broadcastSync(data, options);
+    return C.hierarchicalBroadcastSync(h, data, this.checkedRoot(options, 'broadcastSync', data), options);
+  }
+  override allgather<T extends TypedArray>(input: T, output: T, options: C.CollectiveOptions = {}): Promise<T> {
+    const h = this.hierarchyFor(options, this.hierarchy?.contiguous === true);
+    if (!h) return super.allgather(input, output, options);
+    return C.hierarchicalAllgather(this, h, input, output, options);
+  }
+  override allgatherSync<T extends TypedArray>(input: T, output: T, options: C.CollectiveOptions = {}): T {
+    const h = this.hierarchyFor(options, this.hierarchy?.contiguous === true);
+    if (!h) return super.allgatherSync(input, output, options);
+    return C.hierarchicalAllgatherSync(this, h, input, output, options);
+  }
+  override reduceScatter<T extends TypedArray>(input: T, output: T, options: C.ReduceScatterOptions = {}): Promise<T> {
+    const h = this.hierarchyFor(options, this.hierarchy?.contiguous === true && options.counts === undefined);
+    if (!h) return super.reduceScatter(input, output, options);
+    return C.hierarchicalReduceScatter(this, h, input, output, options);
+  }
+  override reduceScatterSync<T extends TypedArray>(input: T, output: T, options: C.ReduceScatterOptions = {}): T {
+    const h = this.hierarchyFor(options, this.hierarchy?.contiguous === true && options.counts === undefined);
+    if (!h) return super.reduceScatterSync(input, output, options);
+    return C.hierarchicalReduceScatterSync(this, h, input, output, options);
+  }
+  override barrier(options: C.CollectiveOptions = {}): Promise<void> {
+    const h = this.hierarchyFor(options, true);
+    return h ? C.hierarchicalBarrier(h, options) : super.barrier(options);
+  }
+  override barrierSync(options: C.CollectiveOptions = {}): void {
+    const h = this.hierarchyFor(options, true);
+    if (h) C.hierarchicalBarrierSync(h, options);
+    else super.barrierSync(options);
+  }
+
+  /** The hierarchy when this call should use it: the job spans hosts, the call allows it. */
+  private hierarchyFor(options: C.CollectiveOptions, applicable: boolean): C.Hierarchy | undefined {
+    return this.hierarchy && applicable && options.hierarchical !== false ? this.hierarchy : undefined;
+  }
+
+  private checkedRoot(options: C.RootOptions, what: string, data: TypedArray): number {
+    try {
+      checkArray(`rank ${this.rank}: ${what}`, 'data', data);
+      return checkRoot(`rank ${this.rank}: ${what}`, options.root, this.size);
+    } catch (err) {
+      throw C.refused(this, err);
+    }
+  }
 
   /**
    * Leaves the job. Collective: waits (at most `timeoutMs`, default 5 s) in a barrier for the

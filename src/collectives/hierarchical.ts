@@ -1,0 +1,223 @@
+/**
+ * Collectives for a job that spans hosts: each one is a few calls on the job's subgroups, so
+ * the bulk of the bytes moves over shared memory inside a host and only what must cross the
+ * network goes over the fabric, once per host (or once per local rank, in parallel).
+ *
+ * allreduce, two plans:
+ * - several leaders per host (every host runs the same number L of ranks, and the array has
+ *   at least MULTI_LEADER_MIN_BYTES): reduce-scatter inside the host (each local rank gets a
+ *   1/L shard), allreduce of each shard among the ranks with the same local rank on every host
+ *   (L allreduces across hosts at once), allgather inside the host;
+ * - one leader per host (small arrays, or hosts with different numbers of ranks): reduce to
+ *   local rank 0, allreduce among the leaders, broadcast inside the host.
+ * broadcast: inside the root's host, then among the leaders, then inside the other hosts.
+ * allgather / reduceScatter (hosts holding contiguous blocks of ranks, as weft run places
+ * them; otherwise the flat algorithm): gather to the leader, allgatherv among leaders, broadcast
+ * inside the host; reduce to the leader, reduce-scatter among leaders by host, scatter inside.
+ * barrier: inside the host, among the leaders, inside the host again.
+ *
+ * Each step is an ordinary collective call on a subgroup (own slots, own checks); a failure in
+ * any aborts the job as usual. The same steps run with the Promise or the blocking calls.
+ */
+import { WeftError } from '../errors.js';
+import { Deadline } from '../util/deadline.js';
+import type { CollectiveOptions, Group } from './call.js';
+import type { TypedArray } from './checks.js';
+import { allreduce, allreduceSync, type AllreduceOptions } from './allreduce.js';
+import { allgather, allgatherSync, allgatherv, allgathervSync } from './allgather.js';
+import { barrier, barrierSync } from './barrier.js';
+import { broadcast, broadcastSync, type RootOptions } from './broadcast.js';
+import { gather, gatherSync, scatter, scatterSync } from './gather.js';
+import { reduce, reduceSync } from './reduce.js';
+import { reduceScatter, reduceScatterSync, type ReduceScatterOptions } from './reduce-scatter.js';
+
+/** Several leaders per host pay off from this size (below, one leader's 3 steps are cheaper). */
+export const MULTI_LEADER_MIN_BYTES = 64 * 1024;
+
+/** Where every rank of a job that spans hosts sits, and the subgroups the plans use. */
+export interface Hierarchy {
+  /** The ranks of this rank's host. */
+  readonly local: Group;
+  /** One rank per host (local rank 0): defined on leaders only. */
+  readonly leaders: Group | undefined;
+  /** The ranks with this rank's local rank on every host, when all hosts run as many ranks. */
+  readonly peers: Group | undefined;
+  /** hostOf[r]: the host (index) of job rank r; localRankOf[r]: its place there. */
+  readonly hostOf: readonly number[];
+  readonly localRankOf: readonly number[];
+  /** This rank's host (index). */
+  readonly host: number;
+  /** Ranks per host, by host index. */
+  readonly hostSizes: readonly number[];
+  /** Every host holds one block of consecutive ranks, hosts in order. */
+  readonly contiguous: boolean;
+}
+
+type Step = (sync: boolean) => unknown;
+
+/** Runs steps one after another with the Promise calls. */
+async function runAsync(steps: Iterable<Step>): Promise<void> {
+  for (const s of steps) await s(false);
+}
+
+function runSync(steps: Iterable<Step>): void {
+  for (const s of steps) s(true);
+}
+
+/** Options for one step: the call's tag and signal, what is left of its timeout. */
+function stepOptions(o: CollectiveOptions, d: Deadline): CollectiveOptions {
+  return { tag: o.tag, signal: o.signal, timeoutMs: Math.max(1, d.remaining()) };
+}
+
+/** A typed view of `count` elements over scratch bytes of `g` (like `like`). */
+function scratchOf<T extends TypedArray>(g: Group, like: T, count: number): { view: T; area: Uint8Array } {
+  const area = g.acquire(Math.max(1, count * like.BYTES_PER_ELEMENT));
+  const Ctor = like.constructor as new (b: ArrayBufferLike, o: number, n: number) => T;
+  return { view: new Ctor(area.buffer, area.byteOffset, count), area };
+}
+
+function evenCounts(n: number, parts: number): number[] {
+  const q = Math.floor(n / parts);
+  const r = n % parts;
+  return Array.from({ length: parts }, (_, i) => q + (i < r ? 1 : 0));
+}
+
+function* allreduceSteps<T extends TypedArray>(h: Hierarchy, data: T, options: AllreduceOptions, d: Deadline, g: Group): Generator<Step> {
+  const red = { op: options.op, float: options.float };
+  const L = h.local.size;
+  if (h.peers && L > 1 && data.byteLength >= MULTI_LEADER_MIN_BYTES && data.length >= L) {
+    const counts = evenCounts(data.length, L);
+    const { view: shard, area } = scratchOf(g, data, counts[h.local.rank]);
+    try {
+      yield (s) => (s ? reduceScatterSync : reduceScatter)(h.local, data, shard, { ...stepOptions(options, d), ...red, counts });
+      yield (s) => (s ? allreduceSync : allreduce)(h.peers!, shard, { ...stepOptions(options, d), ...red });
+      yield (s) => (s ? allgathervSync : allgatherv)(h.local, shard, data, counts, stepOptions(options, d));
+    } finally {
+      g.release(area);
+    }
+    return;
+  }
+  if (L > 1) yield (s) => (s ? reduceSync : reduce)(h.local, data, { ...stepOptions(options, d), ...red, root: 0 });
+  if (h.leaders) yield (s) => (s ? allreduceSync : allreduce)(h.leaders!, data, { ...stepOptions(options, d), ...red });
+  if (L > 1) yield (s) => (s ? broadcastSync : broadcast)(h.local, data, { ...stepOptions(options, d), root: 0 });
+}
+
+function prepareAllreduce<T extends TypedArray>(input: T, options: AllreduceOptions): T {
+  const out = (options.output as T | undefined) ?? input;
+  if (out !== input) out.set(input as never);
+  return out;
+}
+
+/** Hierarchical allreduce (see the file comment); `input` is checked by the caller. */
+export async function hierarchicalAllreduce<T extends TypedArray>(g: Group, h: Hierarchy, input: T, options: AllreduceOptions): Promise<T> {
+  const out = prepareAllreduce(input, options);
+  await runAsync(allreduceSteps(h, out, options, new Deadline(options.timeoutMs, options.signal), g));
+  return out;
+}
+
+export function hierarchicalAllreduceSync<T extends TypedArray>(g: Group, h: Hierarchy, input: T, options: AllreduceOptions): T {
+  const out = prepareAllreduce(input, options);
+  runSync(allreduceSteps(h, out, options, new Deadline(options.timeoutMs, options.signal), g));
+  return out;
+}
+
+function* broadcastSteps(h: Hierarchy, data: TypedArray, root: number, options: RootOptions, d: Deadline): Generator<Step> {
+  const rootHost = h.hostOf[root];
+  const rootLocal = h.localRankOf[root];
+  const onRootHost = h.host === rootHost;
+  // 1. Inside the root's host, from the root (its leader gets it too).
+  if (onRootHost && rootLocal !== 0 && h.local.size > 1) yield (s) => (s ? broadcastSync : broadcast)(h.local, data, { ...stepOptions(options, d), root: rootLocal });
+  // 2. Among the leaders, from the root's host's leader.
+  if (h.leaders) yield (s) => (s ? broadcastSync : broadcast)(h.leaders!, data, { ...stepOptions(options, d), root: rootHost });
+  // 3. Inside every other host (and the root's, when the root is its leader).
+  if (h.local.size > 1 && (!onRootHost || rootLocal === 0)) yield (s) => (s ? broadcastSync : broadcast)(h.local, data, { ...stepOptions(options, d), root: 0 });
+}
+
+export async function hierarchicalBroadcast<T extends TypedArray>(h: Hierarchy, data: T, root: number, options: RootOptions): Promise<T> {
+  await runAsync(broadcastSteps(h, data, root, options, new Deadline(options.timeoutMs, options.signal)));
+  return data;
+}
+
+export function hierarchicalBroadcastSync<T extends TypedArray>(h: Hierarchy, data: T, root: number, options: RootOptions): T {
+  runSync(broadcastSteps(h, data, root, options, new Deadline(options.timeoutMs, options.signal)));
+  return data;
+}
+
+function* allgatherSteps<T extends TypedArray>(g: Group, h: Hierarchy, input: T, output: T, options: CollectiveOptions, d: Deadline): Generator<Step> {
+  const n = input.length;
+  if (output.length !== n * g.size) throw new WeftError('EINVAL', `rank ${g.rank}: allgather: output has ${output.length} elements, expected ${n * g.size} (input length x world size)`);
+  // Gather this host's ranks' inputs at the leader (ranks of a host are consecutive, so they
+  // form one block of the output), share the blocks among leaders, spread inside the host.
+  const { view: block, area } = scratchOf(g, input, h.local.size * n);
+  try {
+    yield (s) => (s ? gatherSync : gather)(h.local, input, h.local.rank === 0 ? block : undefined, { ...stepOptions(options, d), root: 0 });
+    if (h.leaders) {
+      const counts = h.hostSizes.map((k) => k * n);
+      yield (s) => (s ? allgathervSync : allgatherv)(h.leaders!, block, output, counts, stepOptions(options, d));
+    }
+  } finally {
+    g.release(area);
+  }
+  if (h.local.size > 1) yield (s) => (s ? broadcastSync : broadcast)(h.local, output, { ...stepOptions(options, d), root: 0 });
+}
+
+export async function hierarchicalAllgather<T extends TypedArray>(g: Group, h: Hierarchy, input: T, output: T, options: CollectiveOptions): Promise<T> {
+  await runAsync(allgatherSteps(g, h, input, output, options, new Deadline(options.timeoutMs, options.signal)));
+  return output;
+}
+
+export function hierarchicalAllgatherSync<T extends TypedArray>(g: Group, h: Hierarchy, input: T, output: T, options: CollectiveOptions): T {
+  runSync(allgatherSteps(g, h, input, output, options, new Deadline(options.timeoutMs, options.signal)));
+  return output;
+}
+
+function* reduceScatterSteps<T extends TypedArray>(g: Group, h: Hierarchy, input: T, output: T, options: ReduceScatterOptions, d: Deadline): Generator<Step> {
+  const red = { op: options.op, float: options.float };
+  const n = output.length;
+  if (input.length !== n * g.size) throw new WeftError('EINVAL', `rank ${g.rank}: reduceScatter: input has ${input.length} elements, expected ${n * g.size} (output length x world size)`);
+  // Reduce the whole input to the leader (in a scratch copy: the input stays as it was).
+  const { view: sum, area } = scratchOf(g, input, input.length);
+  try {
+    sum.set(input as never);
+    if (h.local.size > 1) yield (s) => (s ? reduceSync : reduce)(h.local, sum, { ...stepOptions(options, d), ...red, root: 0 });
+    let first = 0;
+    for (let k = 0; k < h.host; k++) first += h.hostSizes[k];
+    const mine = sum.subarray(first * n, (first + h.local.size) * n) as T;
+    if (h.leaders) {
+      const { view: part, area: partArea } = scratchOf(g, input, h.local.size * n);
+      try {
+        yield (s) => (s ? reduceScatterSync : reduceScatter)(h.leaders!, sum, part, { ...stepOptions(options, d), ...red, counts: h.hostSizes.map((k) => k * n) });
+        mine.set(part as never);
+      } finally {
+        g.release(partArea);
+      }
+    }
+    yield (s) => (s ? scatterSync : scatter)(h.local, h.local.rank === 0 ? mine : undefined, output, { ...stepOptions(options, d), root: 0 });
+  } finally {
+    g.release(area);
+  }
+}
+
+export async function hierarchicalReduceScatter<T extends TypedArray>(g: Group, h: Hierarchy, input: T, output: T, options: ReduceScatterOptions): Promise<T> {
+  await runAsync(reduceScatterSteps(g, h, input, output, options, new Deadline(options.timeoutMs, options.signal)));
+  return output;
+}
+
+export function hierarchicalReduceScatterSync<T extends TypedArray>(g: Group, h: Hierarchy, input: T, output: T, options: ReduceScatterOptions): T {
+  runSync(reduceScatterSteps(g, h, input, output, options, new Deadline(options.timeoutMs, options.signal)));
+  return output;
+}
+
+function* barrierSteps(h: Hierarchy, options: CollectiveOptions, d: Deadline): Generator<Step> {
+  if (h.local.size > 1) yield (s) => (s ? barrierSync : barrier)(h.local, stepOptions(options, d));
+  if (h.leaders) yield (s) => (s ? barrierSync : barrier)(h.leaders!, stepOptions(options, d));
+  if (h.local.size > 1) yield (s) => (s ? barrierSync : barrier)(h.local, stepOptions(options, d));
+}
+
+export async function hierarchicalBarrier(h: Hierarchy, options: CollectiveOptions): Promise<void> {
+  await runAsync(barrierSteps(h, options, new Deadline(options.timeoutMs, options.signal)));
+}
+
+export function hierarchicalBarrierSync(h: Hierarchy, options: CollectiveOptions): void {
+  runSync(barrierSteps(h, options, new Deadline(options.timeoutMs, options.signal)));
+}
