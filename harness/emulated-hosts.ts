@@ -19,7 +19,9 @@
  * await hosts.destroy();
  */
 import { spawn, spawnSync, type ChildProcess, type SpawnOptions } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { chmodSync, existsSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 
 const PREFIX = 'weftns';
 
@@ -81,6 +83,9 @@ export class EmulatedHosts {
   readonly hosts: EmulatedHost[];
   private readonly children = new Set<ChildProcess>();
   private destroyed = false;
+  /** /etc/hosts of every emulated host (their names resolve to their addresses). */
+  readonly hostsFile: string;
+  private agent: string | undefined;
 
   private constructor(
     readonly id: string,
@@ -88,6 +93,27 @@ export class EmulatedHosts {
     count: number,
   ) {
     this.hosts = [...Array(count).keys()].map((i) => ({ index: i, hostname: `weft-h${i}`, netns: `${id}-h${i}`, address: `169.254.${subnet}.${i + 1}` }));
+    this.hostsFile = path.join(tmpdir(), `${id}-hosts`);
+    writeFileSync(this.hostsFile, ['127.0.0.1 localhost', ...this.hosts.map((h) => `${h.address} ${h.hostname}`), ''].join('\n'));
+  }
+
+  /** The shell lines that make a process's namespaces look like host `host` (hostname, /dev/shm, /etc/hosts). */
+  private enter(host: EmulatedHost): string[] {
+    return [`hostname ${host.hostname}`, 'mount -t tmpfs -o mode=1777,size=1g tmpfs /dev/shm', `mount --bind ${this.hostsFile} /etc/hosts`];
+  }
+
+  /**
+   * A remote-shell program for launchers that start daemons on other hosts (Open MPI's
+   * `plm_rsh_agent`): `agent <hostname> <command...>` runs the command on that emulated host.
+   */
+  rshAgent(): string {
+    if (this.agent) return this.agent;
+    const file = path.join(tmpdir(), `${this.id}-rsh`);
+    const cases = this.hosts.map((h) => `  ${h.hostname}) ns=${h.netns}; setup='${this.enter(h).join('; ')}' ;;`).join('\n');
+    writeFileSync(file, `#!/bin/sh\n# weft emulated hosts: rsh agent (${this.id})\nwhile [ "\${1#-}" != "$1" ]; do shift; done\nhost="$1"; shift\ncase "$host" in\n${cases}\n  *) echo "no emulated host $host" >&2; exit 255 ;;\nesac\nexec ip netns exec "$ns" unshare --uts --mount --propagation private sh -c "$setup; eval \\"\\$*\\"" sh "$@"\n`);
+    chmodSync(file, 0o755);
+    this.agent = file;
+    return file;
   }
 
   /** Why emulated hosts cannot be made here, or undefined when they can. */
@@ -146,8 +172,7 @@ export class EmulatedHosts {
     if (!host) throw new RangeError(`emulated hosts: no host ${i} (there are ${this.hosts.length})`);
     const script = [
       'set -e',
-      `hostname ${host.hostname}`,
-      'mount -t tmpfs -o mode=1777,size=1g tmpfs /dev/shm',
+      ...this.enter(host),
       'set +e',
       '"$@"',
       'rc=$?',
@@ -180,6 +205,8 @@ export class EmulatedHosts {
     for (const ns of this.namespaces) killNamespaceProcesses(ns);
     await new Promise((r) => setTimeout(r, 50));
     for (const ns of this.namespaces) run(['ip', 'netns', 'del', ns]);
+    rmSync(this.hostsFile, { force: true });
+    if (this.agent) rmSync(this.agent, { force: true });
   }
 
   /** Namespaces of this harness that still exist (a leak check for tests). */

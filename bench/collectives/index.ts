@@ -236,9 +236,18 @@ export async function main(argv: string[] = process.argv): Promise<void> {
     .option('--plot <dir>', 'directory for the SVG plots (default: next to the results file)')
     .option('--no-plot', 'no SVG plots')
     .option('--timeout <ms>', 'per peer run', positiveInt, 600_000)
+    .option('--hosts <h>', 'spread the ranks over H emulated hosts (network namespaces; needs root): --np ranks in all, with Open MPI and Gloo over the same namespaces', positiveInt)
     .addOption(new Option('--buffers <kind>', "weft's arrays: alloc (ctx.alloc, registered; peers on one host read them in place) or heap (new Float32Array)").choices(['alloc', 'heap']).default('alloc'))
     .parse(argv)
-    .opts<{ np: number[]; ops: CollectiveOp[]; sizes: number[]; providers?: string[]; peers?: PeerSystem[]; variants: Variant[]; iters: number; warmup: number; byteBudget: number; runs: number; json?: boolean; out?: string; plot: string | boolean; timeout: number; buffers: 'alloc' | 'heap' }>();
+    .opts<{ np: number[]; ops: CollectiveOp[]; sizes: number[]; providers?: string[]; peers?: PeerSystem[]; variants: Variant[]; iters: number; warmup: number; byteBudget: number; runs: number; json?: boolean; out?: string; plot: string | boolean; timeout: number; buffers: 'alloc' | 'heap'; hosts?: number }>();
+  if (o.hosts !== undefined) {
+    const np = o.np.length === 1 ? o.np[0] : 2 * o.hosts;
+    if (np % o.hosts !== 0) throw new InvalidArgumentError(`--np ${np} does not spread evenly over --hosts ${o.hosts}`);
+    const { benchCollectivesOnHosts } = await import('./hosts.js');
+    const res = await benchCollectivesOnHosts({ hosts: o.hosts, perHost: np / o.hosts, ops: o.ops, sizes: o.sizes, iters: o.iters, warmup: o.warmup, byteBudget: o.byteBudget, variants: o.variants, runs: o.runs, json: !!o.json, out: o.out, plot: o.plot === false ? false : o.plot === true ? undefined : o.plot, timeoutMs: o.timeout });
+    if (!res.rows.some((r) => r.system.startsWith('weft'))) process.exitCode = 1;
+    return;
+  }
   const providers = o.providers ?? defaultProviders();
   const res = await benchCollectives({
     nps: o.np,

@@ -24,6 +24,8 @@ export interface RankPlan {
   timeoutMs: number;
   /** Where weft's arrays live: 'alloc' (ctx.alloc, registered; default) or 'heap' (new Float32Array). */
   buffers?: 'alloc' | 'heap';
+  /** Jobs that span hosts: false runs the flat algorithms (default: hierarchical). */
+  hierarchical?: boolean;
 }
 
 /** Rank 0 prints each row as this prefix and one JSON object on a line of its own. */

@@ -40,7 +40,7 @@ interface Case {
   check(): string | undefined;
 }
 
-function makeCase(ctx: ProcessGroup, op: CollectiveOp, requested: number, timeoutMs: number, buffers: 'alloc' | 'heap'): Case {
+function makeCase(ctx: ProcessGroup, op: CollectiveOp, requested: number, timeoutMs: number, buffers: 'alloc' | 'heap', hierarchical: boolean): Case {
   const { rank, size } = ctx;
   const L = caseLayout(op, requested, size);
   // ctx.alloc: registered memory peers on this host read in place (what a tuned app uses, as
@@ -54,15 +54,15 @@ function makeCase(ctx: ProcessGroup, op: CollectiveOp, requested: number, timeou
     return undefined;
   };
   const base = { bytes: L.bytes, reset: () => input.forEach((_, i) => (input[i] = value(rank, i))) };
-  const wait = { timeoutMs };
+  const wait = { timeoutMs, hierarchical };
   switch (op) {
     case 'allreduce': {
       // Out of place, like MPI_Allreduce and gloo::allreduce in the harnesses.
-      const o = { output, op: 'sum' as const, timeoutMs };
+      const o = { output, op: 'sum' as const, timeoutMs, hierarchical };
       return { ...base, impl: { await: 'ctx.allreduce(float32, sum, output)', sync: 'ctx.allreduceSync(float32, sum, output)' }, runAsync: () => ctx.allreduce(input, o), runSync: () => ctx.allreduceSync(input, o), check: () => expectAt(output, (i) => tri * ((i % 61) + 1)) };
     }
     case 'broadcast': {
-      const o = { root: 0, timeoutMs };
+      const o = { root: 0, timeoutMs, hierarchical };
       return {
         ...base,
         reset: () => input.forEach((_, i) => (input[i] = rank === 0 ? value(0, i) : -1)),
@@ -75,7 +75,7 @@ function makeCase(ctx: ProcessGroup, op: CollectiveOp, requested: number, timeou
     case 'allgather':
       return { ...base, impl: { await: 'ctx.allgather(float32)', sync: 'ctx.allgatherSync(float32)' }, runAsync: () => ctx.allgather(input, output, wait), runSync: () => ctx.allgatherSync(input, output, wait), check: () => expectAt(output, (i) => value(Math.floor(i / L.sendElems), i % L.sendElems)) };
     case 'reduce_scatter': {
-      const o = { op: 'sum' as const, timeoutMs };
+      const o = { op: 'sum' as const, timeoutMs, hierarchical };
       return { ...base, impl: { await: 'ctx.reduceScatter(float32, sum)', sync: 'ctx.reduceScatterSync(float32, sum)' }, runAsync: () => ctx.reduceScatter(input, output, o), runSync: () => ctx.reduceScatterSync(input, output, o), check: () => expectAt(output, (i) => tri * (((rank * L.recvElems + i) % 61) + 1)) };
     }
     case 'barrier':
@@ -125,7 +125,7 @@ async function main(): Promise<void> {
   try {
     for (const op of plan.ops) {
       for (const requested of op === 'barrier' ? [0] : plan.sizes) {
-        const c = makeCase(ctx, op, requested, plan.timeoutMs, buffers);
+        const c = makeCase(ctx, op, requested, plan.timeoutMs, buffers, plan.hierarchical !== false);
         const { iters, warmup: w } = iterationsFor(c.bytes, plan.iters, plan.warmup, plan.byteBudget);
         // JavaScript runs interpreted until V8 has seen a call path often enough to compile it,
         // and five calls are not enough: small sizes warm up longer than the C harnesses need

@@ -340,7 +340,9 @@ int main(int argc, char** argv) {
   const Args args = parseArgs(argc, argv);
   try {
     gloo::transport::tcp::attr attr;
-    attr.hostname = "127.0.0.1";
+    // GLOO_HOSTNAME: the address this rank's pairs listen on (emulated hosts); loopback by default.
+    const char* host = std::getenv("GLOO_HOSTNAME");
+    attr.hostname = host && *host ? host : "127.0.0.1";
     auto dev = gloo::transport::tcp::CreateDevice(attr);
     gloo::rendezvous::FileStore fileStore(args.storeDir);
     gloo::rendezvous::PrefixStore store(args.prefix, fileStore);

@@ -195,14 +195,15 @@ function checkOptions(where: string, o: PeerRunOptions): void {
   if (!(o.iters >= 1) || !(o.warmup >= 0)) throw new RangeError(`${where}: need iters >= 1 and warmup >= 0`);
 }
 
-function harnessArgs(o: PeerRunOptions): string[] {
+/** The sweep's flags, as both harnesses take them. */
+export function harnessArgs(o: PeerRunOptions): string[] {
   return ['--ops', o.ops.join(','), '--sizes', o.sizes.join(','), '--iters', String(o.iters), '--warmup', String(o.warmup), '--byte-budget', String(o.byteBudget ?? 0)];
 }
 
 const NUMBER_FIELDS = ['np', 'bytes', 'iters', 'median_us', 'min_us', 'p90_us'] as const;
 
 /** The JSON lines of rank 0, checked: one row per (op, size), barrier once, at the sizes asked. */
-function parseRows(system: PeerRow['system'], results: LaunchResult[], o: PeerRunOptions): PeerRow[] {
+export function parseRows(system: PeerRow['system'], results: LaunchResult[], o: PeerRunOptions): PeerRow[] {
   const rows: PeerRow[] = [];
   for (const line of results[0].stdout.split('\n')) {
     if (!line.startsWith('{')) continue;

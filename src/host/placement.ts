@@ -1,3 +1,15 @@
+import { availableParallelism } from 'node:os';
+
+/**
+ * Cores this job may use on this host: WEFT_CORES when set (a host shared with other work, or
+ * hosts emulated on one machine, which share its cores), else every core this process may run
+ * on. More local ranks than this and waits yield instead of spinning, and ranks are not pinned.
+ */
+export function hostCores(env: NodeJS.ProcessEnv = process.env): number {
+  const n = Number(env.WEFT_CORES);
+  return Number.isInteger(n) && n >= 1 ? n : availableParallelism();
+}
+
 /**
  * Where this process sits on its host, as launchers say it: weft run (WEFT_LOCAL_RANK,
  * WEFT_LOCAL_WORLD_SIZE), torchrun (LOCAL_RANK, LOCAL_WORLD_SIZE), Open MPI

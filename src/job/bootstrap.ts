@@ -3,7 +3,6 @@
  * torchrun, mpirun), the launcher watchdog and core pinning, the process's one NIC device and
  * its completion router, the transport, and a full mesh of queue pairs through the store.
  */
-import { availableParallelism } from 'node:os';
 import { WeftError } from '../errors.js';
 import { native } from '../native/binding.js';
 import type { WaitOptions } from '../util/deadline.js';
@@ -13,7 +12,7 @@ import { fabricBindAddress } from '../host/address.js';
 import { exchangeHosts } from '../rendezvous/hosts.js';
 import { mayUseFabric, openJobDevice, requestedProvider } from './device-choice.js';
 import { CompletionRouter } from '../nic/completion-router.js';
-import { localPlacement } from '../host/placement.js';
+import { hostCores, localPlacement } from '../host/placement.js';
 import type { Device, DeviceOptions, QueuePairOptions } from '../nic/types.js';
 import { Device as TransportDevice, type TransportOptions } from '../transport/device.js';
 import { awaitFailureReaders, connectFullMeshWithExtras, multiGetOrFailure, publishJoinFailure } from '../rendezvous/full-mesh.js';
@@ -147,7 +146,7 @@ async function tellTheOthers(where: string | Store | undefined, prefix: string, 
 function bindLocalRank(env: NodeJS.ProcessEnv = process.env): void {
   if (env.WEFT_BIND === 'none') return;
   const { rank: local, size: count } = localPlacement(env);
-  if (!Number.isInteger(local) || !Number.isInteger(count) || local < 0 || count < 2 || count > availableParallelism()) return;
+  if (!Number.isInteger(local) || !Number.isInteger(count) || local < 0 || count < 2 || count > hostCores()) return;
   native.bindToCpu(local);
 }
 

@@ -15,12 +15,11 @@
  *   most one QP per peer device; untested here).
  * - RMA has no receiver-not-ready: credits are software (queue-pair.ts).
  */
-import { availableParallelism } from 'node:os';
 import { randomInt } from 'node:crypto';
 import { WeftError } from '../../errors.js';
 import { native, type OfiEndpoint } from '../../native/binding.js';
 import { localIdentity, type ProcessIdentity } from '../../host/identity.js';
-import { localPlacement } from '../../host/placement.js';
+import { hostCores, localPlacement } from '../../host/placement.js';
 import { LocalCompletions } from '../local-completions.js';
 import { Status, type Device, type DeviceOptions, type MemoryRegion, type QueuePair, type QueuePairOptions } from '../types.js';
 import { CommandBuffer } from './commands.js';
@@ -66,7 +65,7 @@ export class OfiDevice implements Device, QpHost {
    * More processes on this host than cores, as the launcher says (weft run, torchrun, Open MPI
    * set the local world size): a waiter then hands its core over instead of spinning on it.
    */
-  readonly oversubscribed = localPlacement().size > availableParallelism();
+  readonly oversubscribed = localPlacement().size > hostCores();
   private nextQpn = 0;
   private nextGen = 1;
   private readonly freeSlots: number[] = [];

@@ -2,7 +2,7 @@
  * The shm provider's device: owns a control segment (completion ring, credit grants,
  * memory-region table, doorbell) and data segments, and maps its peers' ones.
  */
-import { availableParallelism } from 'node:os';
+import { hostCores } from '../../host/placement.js';
 import { randomInt } from 'node:crypto';
 import { WeftError } from '../../errors.js';
 import { localIdentity, type ProcessIdentity } from '../../host/identity.js';
@@ -15,7 +15,7 @@ import { ShmQueuePair, type QpHost } from './queue-pair.js';
 import { createSegment, devicePrefix, sweepDeadSegments, unlinkSegment } from '../../host/segments.js';
 
 /** Cores this process may run on: waiting spins less when peers outnumber them. */
-const CORES = availableParallelism();
+const CORES = hostCores();
 import * as L from './layout.js';
 
 interface Segment {
