@@ -21,8 +21,8 @@
  * creates it with mode 0700 and refuses it when it already exists as someone else's, as
  * something others can write, or as a link someone else owns (EINVAL naming the path; set
  * WEFT_STORE to another store then). A torchrun-style rank 0 hosts its TcpStore with
- * WEFT_STORE_SECRET when set (every rank must have the same); without it that store is open
- * to anyone who reaches MASTER_ADDR:MASTER_PORT (openStore warns).
+ * WEFT_STORE_SECRET when set (every rank must have the same); without it only on loopback
+ * (open to this host's users; openStore warns), never on an address other hosts reach.
  */
 import { tmpdir } from 'node:os';
 import path from 'node:path';

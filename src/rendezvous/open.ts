@@ -13,13 +13,15 @@
  * Who hosts the TcpStoreServer: the launcher when there is one (it starts the server and
  * passes `tcp://<its host>:<port>` to every rank), otherwise rank 0, with
  * `openStore(url, { serve: true })`: rank 0 listens on the URL's port and connects to itself;
- * the other ranks just connect (retrying until rank 0 listens, within the timeout).
+ * the other ranks just connect (retrying until rank 0 listens, within the timeout). A rank 0
+ * asked to serve on an address other than loopback without a secret refuses.
  *
  * Credentials never go in a URL (URLs end up on command lines, which every local user can
  * read): a TcpStore's secret comes from WEFT_STORE_SECRET or WEFT_STORE_SECRET_FILE (or
  * `tcp.secret`), a Redis password from WEFT_STORE_PASSWORD or WEFT_STORE_PASSWORD_FILE when
- * the URL has none. A rank 0 that serves without any secret (torchrun-style MASTER_ADDR/PORT
- * with WEFT_STORE_SECRET unset) serves an open store and says so with a process warning.
+ * the URL has none. A rank 0 that serves on loopback without any secret (torchrun-style
+ * MASTER_ADDR=127.0.0.1 with WEFT_STORE_SECRET unset) serves a store open to this host's users
+ * and says so with a process warning; on any other address it refuses.
  */
 import { fileURLToPath } from 'node:url';
 import { WeftError } from '../errors.js';
@@ -89,7 +91,12 @@ async function openTcp(url: string, options: OpenStoreOptions, wait: WaitOptions
   // The other ranks cannot learn a secret we make up: use the job's (option or environment),
   // or serve openly, and say so.
   const secret = options.tcp?.secret !== undefined ? options.tcp.secret : (credentialFromEnv('WEFT_STORE_SECRET', 'openStore')?.value ?? null);
-  const server = await TcpStoreServer.listen({ host: options.listenHost ?? host, port, secret });
+  const listenHost = options.listenHost ?? host;
+  // Open to this host's users at most: a store other hosts reach must be the job's alone.
+  if (secret === null && !isLoopbackHost(listenHost)) {
+    throw new WeftError('EINVAL', `openStore: this process would host the TcpStore on ${listenHost}:${port}, an address other hosts reach, without a secret: anyone on the network could read and change the job's keys. Set WEFT_STORE_SECRET (or WEFT_STORE_SECRET_FILE) to the same random value in every rank's environment, e.g. from \`openssl rand -hex 32\``);
+  }
+  const server = await TcpStoreServer.listen({ host: listenHost, port, secret });
   if (secret === null) {
     process.emitWarning(`weft: this process hosts the TcpStore at ${server.url} without a secret: any process that reaches the port can read, change and delete the job's keys. Set WEFT_STORE_SECRET (the same random value, e.g. from \`openssl rand -hex 32\`) in every rank's environment.`, { code: 'WEFT_STORE_WITHOUT_SECRET' });
   }
@@ -99,4 +106,9 @@ async function openTcp(url: string, options: OpenStoreOptions, wait: WaitOptions
     await server.close();
     throw err;
   }
+}
+
+function isLoopbackHost(host: string): boolean {
+  const h = host.replace(/^\[|\]$/g, '');
+  return h === 'localhost' || h.startsWith('127.') || h === '::1';
 }

@@ -6,6 +6,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import path from 'node:path';
+import { localPlacement, hostCores } from '../../src/host/placement.js';
+import { openStore } from '../../src/rendezvous/open.js';
 import { rankFromEnv } from '../../src/rendezvous/env.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
@@ -136,11 +138,38 @@ test('rank settings from each launcher style', () => {
   const pmi = rankFromEnv({ PMI_RANK: '0', PMI_SIZE: '1', WEFT_STORE: 'redis://r:1' });
   assert.equal([pmi.rank, pmi.store, pmi.style], [0, 'redis://r:1', 'pmi']);
   assert.throws(() => rankFromEnv({}), /does not know its rank/);
+  // Slurm: rank, size, the job and step as the prefix; a store from MASTER_ADDR/PORT (rank 0 hosts).
+  const slurm = rankFromEnv({ SLURM_PROCID: '5', SLURM_NTASKS: '8', SLURM_JOB_ID: '4242', SLURM_STEP_ID: '0', SLURM_NNODES: '2', MASTER_ADDR: '10.1.0.1', MASTER_PORT: '29501' });
+  assert.equal([slurm.rank, slurm.size, slurm.style, slurm.prefix, slurm.store, slurm.serve], [5, 8, 'slurm', 'slurm-4242.0', 'tcp://10.1.0.1:29501', false]);
+  assert.is(rankFromEnv({ SLURM_PROCID: '0', SLURM_NTASKS: '8', SLURM_JOB_ID: '1', MASTER_ADDR: 'a', MASTER_PORT: '1' }).serve, true);
+  // ... but no private directory for a job the launcher says spans hosts.
+  assert.throws(() => rankFromEnv({ SLURM_PROCID: '1', SLURM_NTASKS: '4', SLURM_NNODES: '2', SLURM_JOB_ID: '9' }), /spans hosts.*WEFT_STORE=redis/);
+  assert.throws(() => rankFromEnv({ OMPI_COMM_WORLD_RANK: '0', OMPI_COMM_WORLD_SIZE: '4', OMPI_COMM_WORLD_LOCAL_SIZE: '2' }), /2 of 4 ranks on this host/);
+  const pmix = rankFromEnv({ PMIX_RANK: '2', OMPI_COMM_WORLD_SIZE: '3', PMIX_NAMESPACE: 'ns7', WEFT_STORE: 'redis://r:1' });
+  assert.equal([pmix.rank, pmix.size, pmix.style, pmix.prefix], [2, 3, 'pmix', 'ns7']);
+  assert.throws(() => rankFromEnv({ PMIX_RANK: '0' }), /no world size/);
   // A rank outside the world is init()'s to refuse: it tells the other ranks first (join.test).
   assert.is(rankFromEnv({ WEFT_RANK: '4', WEFT_WORLD_SIZE: '4', WEFT_STORE: 'x' }).rank, 4);
   assert.throws(() => rankFromEnv({ WEFT_RANK: '0', WEFT_WORLD_SIZE: '0', WEFT_STORE: 'x' }), /at least 1/);
   assert.throws(() => rankFromEnv({ WEFT_RANK: 'a', WEFT_WORLD_SIZE: '4' }), /WEFT_RANK/);
   assert.throws(() => rankFromEnv({ WEFT_RANK: '0', WEFT_WORLD_SIZE: '4' }), /WEFT_STORE/);
+});
+
+test('local rank and size from each launcher, Slurm\'s task lists included; WEFT_CORES', () => {
+  assert.equal(localPlacement({ SLURM_LOCALID: '1', SLURM_TASKS_PER_NODE: '2(x3),1', SLURM_NODEID: '3' }), { rank: 1, size: 1 });
+  assert.equal(localPlacement({ SLURM_LOCALID: '0', SLURM_TASKS_PER_NODE: '2(x3),1', SLURM_NODEID: '2' }), { rank: 0, size: 2 });
+  assert.equal(localPlacement({ MPI_LOCALRANKID: '3', MPI_LOCALNRANKS: '4' }), { rank: 3, size: 4 });
+  assert.equal(localPlacement({ WEFT_LOCAL_RANK: '1', WEFT_LOCAL_WORLD_SIZE: '2', SLURM_LOCALID: '7' }), { rank: 1, size: 2 });
+  assert.is(hostCores({ WEFT_CORES: '3' }), 3);
+  assert.is(hostCores({ WEFT_CORES: 'x' }), hostCores({}));
+});
+
+test('a rank hosting the TcpStore on an address other hosts reach refuses to without a secret', async () => {
+  const err = await openStore('tcp://0.0.0.0:0', { serve: true, tcp: { secret: null }, timeoutMs: 2000 }).then(
+    (s) => (s.close(), undefined),
+    (e: Error) => e,
+  );
+  assert.match(err?.message ?? 'no error', /without a secret: anyone on the network/);
 });
 
 test('torchrun-style environment: rank 0 hosts the TcpStore on MASTER_PORT, with WEFT_STORE_SECRET', async () => {
