@@ -175,3 +175,18 @@ function abortPromise(call: WaitCall | undefined): { promise: Promise<never>; di
 export function planFor(oversubscribed: boolean, what: string, options: { timeoutMs?: number; signal?: AbortSignal }): WaitPlan {
   return { oversubscribed, call: { deadline: new Deadline(options.timeoutMs, options.signal), what } };
 }
+
+/**
+ * A completion queue's public `wait` (every provider's): resolves at once when `ready()`,
+ * else waits through the one loop with the caller's timeout and signal.
+ */
+export function waitForCompletions(ready: () => boolean, bell: Doorbell, oversubscribed: boolean, label: string, options: { timeoutMs?: number; signal?: AbortSignal }): Promise<void> {
+  if (ready()) return Promise.resolve();
+  return waitAsync(ready, bell, planFor(oversubscribed, `${label}: wait for completions`, options));
+}
+
+/** The blocking form of waitForCompletions. */
+export function waitForCompletionsSync(ready: () => boolean, bell: Doorbell, oversubscribed: boolean, label: string, options: { timeoutMs?: number; signal?: AbortSignal }): void {
+  if (ready()) return;
+  waitSync(ready, bell, planFor(oversubscribed, `${label}: waitSync for completions`, options));
+}

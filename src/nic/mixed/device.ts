@@ -19,7 +19,7 @@
 import { WeftError } from '../../errors.js';
 import { native } from '../../native/binding.js';
 import { localIdentity } from '../../host/identity.js';
-import { planFor, waitAsync, waitSync, type Doorbell } from '../../host/wait.js';
+import { waitForCompletions, waitForCompletionsSync, type Doorbell } from '../../host/wait.js';
 import type { WaitOptions } from '../../util/deadline.js';
 import { CompletionBatch, type CompletionQueue, type Device, type MemoryRegion, type QueuePair, type QueuePairOptions, type RemoteRegion } from '../types.js';
 import type { ShmDevice } from '../shm/device.js';
@@ -317,13 +317,11 @@ class MixedCompletionQueue implements CompletionQueue {
   private readonly isReady = () => this.ready();
 
   wait(options: WaitOptions = {}): Promise<void> {
-    if (this.ready()) return Promise.resolve();
-    return waitAsync(this.isReady, this.doorbell, planFor(this.dev.oversubscribed, `${this.dev.label}: wait for completions`, options));
+    return waitForCompletions(this.isReady, this.doorbell, this.dev.oversubscribed, this.dev.label, options);
   }
 
   waitSync(options: WaitOptions = {}): void {
-    if (this.ready()) return;
-    waitSync(this.isReady, this.doorbell, planFor(this.dev.oversubscribed, `${this.dev.label}: waitSync for completions`, options));
+    waitForCompletionsSync(this.isReady, this.doorbell, this.dev.oversubscribed, this.dev.label, options);
   }
 }
 

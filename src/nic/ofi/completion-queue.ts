@@ -7,7 +7,7 @@
  * Waits go through the one waiting loop (host/wait.ts); its doorbell here is the CQ's wait fd
  * (on the libuv loop for async waits) or, for providers without one (shm), a short timer.
  */
-import { waitAsync, waitSync, planFor, type Doorbell } from '../../host/wait.js';
+import { waitForCompletions, waitForCompletionsSync, type Doorbell } from '../../host/wait.js';
 import type { WaitOptions } from '../../util/deadline.js';
 import { CompletionBatch, Opcode, Status, type CompletionQueue } from '../types.js';
 import type { OfiDevice } from './device.js';
@@ -125,12 +125,10 @@ export class OfiCompletionQueue implements CompletionQueue {
   private readonly isReady = () => this.ready();
 
   wait(options: WaitOptions = {}): Promise<void> {
-    if (this.ready()) return Promise.resolve();
-    return waitAsync(this.isReady, this.doorbell, planFor(this.dev.oversubscribed, `${this.dev.label}: wait for completions`, options));
+    return waitForCompletions(this.isReady, this.doorbell, this.dev.oversubscribed, this.dev.label, options);
   }
 
   waitSync(options: WaitOptions = {}): void {
-    if (this.ready()) return;
-    waitSync(this.isReady, this.doorbell, planFor(this.dev.oversubscribed, `${this.dev.label}: waitSync for completions`, options));
+    waitForCompletionsSync(this.isReady, this.doorbell, this.dev.oversubscribed, this.dev.label, options);
   }
 }

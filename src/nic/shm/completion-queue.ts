@@ -6,7 +6,7 @@
  * while the SLEEPING count is nonzero.
  */
 import { native } from '../../native/binding.js';
-import { waitAsync, waitSync, planFor, type Doorbell } from '../../host/wait.js';
+import { waitForCompletions, waitForCompletionsSync, type Doorbell } from '../../host/wait.js';
 import type { WaitOptions } from '../../util/deadline.js';
 import { CompletionBatch, Opcode, Status, type CompletionQueue } from '../types.js';
 import type { ShmDevice } from './device.js';
@@ -122,12 +122,10 @@ export class ShmCompletionQueue implements CompletionQueue {
   private readonly isReady = () => this.ready();
 
   wait(options: WaitOptions = {}): Promise<void> {
-    if (this.ready()) return Promise.resolve();
-    return waitAsync(this.isReady, this.doorbell, planFor(this.dev.oversubscribed, `${this.dev.label}: wait for completions`, options));
+    return waitForCompletions(this.isReady, this.doorbell, this.dev.oversubscribed, this.dev.label, options);
   }
 
   waitSync(options: WaitOptions = {}): void {
-    if (this.ready()) return;
-    waitSync(this.isReady, this.doorbell, planFor(this.dev.oversubscribed, `${this.dev.label}: waitSync for completions`, options));
+    waitForCompletionsSync(this.isReady, this.doorbell, this.dev.oversubscribed, this.dev.label, options);
   }
 }
