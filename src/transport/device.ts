@@ -187,7 +187,9 @@ export class Device implements PairHost, CompletionSink, CollectiveTransport {
       const ms = p?.qp.unansweredMs ?? 0;
       if (p && ms >= SILENT_MS) silent.push(`rank ${p.peer}${p.qp.peerAddress ? ` (${p.qp.peerAddress})` : ''}`);
     }
-    if (silent.length > 0) text += `; ${silent.join(' and ')} ${silent.length > 1 ? 'have' : 'has'} not answered the fabric for over ${SILENT_MS / 1000} s: ${silent.length > 1 ? 'their' : 'its'} process or host is probably gone`;
+    if (silent.length === 1) text += `; ${silent[0]} has not answered the fabric for over ${SILENT_MS / 1000} s: its process or host is probably gone`;
+    // A dead peer can also hold up the fabric's queue toward live ones: say so.
+    else if (silent.length > 1) text += `; ${silent.join(' and ')} have not answered the fabric for over ${SILENT_MS / 1000} s: one of them (or its host) is probably gone, and may be holding up the fabric toward the others`;
     return text;
   }
 

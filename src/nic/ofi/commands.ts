@@ -3,18 +3,14 @@
  * handed to libfabric with one native call (`submit`) from poll()/wait(), when it fills, or at
  * the latest in a microtask after the posting code returns: a rank that posts and then stops
  * polling (it only awaits something else) still gets its operations onto the fabric.
- * Commands the provider cannot take yet (EAGAIN) stay, in order per peer, for the next flush.
+ * Commands the provider cannot take yet (EAGAIN) stay, in order, for the next flush.
  */
 import type { OfiEndpoint } from '../../native/binding.js';
-import { CMD_ADDR, CMD_CTX, CMD_RESULT, CMD_WORDS } from './layout.js';
+import { CMD_CTX, CMD_RESULT, CMD_WORDS } from './layout.js';
 
 export class CommandBuffer {
   words: Uint32Array;
   count = 0;
-  /** Where commands held back by EAGAIN wait during a flush. */
-  private spare: Uint32Array;
-  /** Fabric addresses that answered EAGAIN in the flush under way. */
-  private readonly blocked: number[] = [];
   private capacity: number;
 
   constructor(
@@ -25,7 +21,6 @@ export class CommandBuffer {
   ) {
     this.capacity = capacity;
     this.words = new Uint32Array(capacity * CMD_WORDS);
-    this.spare = new Uint32Array(capacity * CMD_WORDS);
     ep.bindCommands(this.words);
   }
 
@@ -41,53 +36,32 @@ export class CommandBuffer {
   /**
    * Submits everything staged. `onFailed(ctxLo, ctxHi, errno)` is told about each command the
    * provider rejected outright (not EAGAIN); those are dropped. Returns true when all went.
-   *
-   * A command the provider cannot take yet (EAGAIN) keeps its place, and so does every later
-   * command toward the same fabric address (per-peer order is kept); commands toward other
-   * peers go on. rxm answers EAGAIN for as long as the connection to a dead peer is down: one
-   * dead peer must not hold back the operations, and the liveness probes, toward every other.
    */
   flush(onFailed: (ctxLo: number, ctxHi: number, errno: number) => void): boolean {
-    let deferred = 0;
-    let nBlocked = 0;
-    const w = this.words;
-    while (this.count > 0) {
-      const n = this.count;
-      const accepted = this.ep.submit(n);
-      if (accepted === n) break;
+    let start = 0;
+    while (start < this.count) {
+      const rest = this.count - start;
+      if (start > 0) this.words.copyWithin(0, start * CMD_WORDS, this.count * CMD_WORDS);
+      this.count = rest;
+      start = 0;
+      const accepted = this.ep.submit(rest);
+      if (accepted === rest) {
+        this.count = 0;
+        return true;
+      }
       const at = accepted * CMD_WORDS;
-      const rc = w[at + CMD_RESULT] | 0;
-      if (rc !== 0) {
-        onFailed(w[at + CMD_CTX], w[at + CMD_CTX + 1], rc);
-        w.copyWithin(0, at + CMD_WORDS, n * CMD_WORDS);
-        this.count = n - accepted - 1;
-        continue;
+      const rc = this.words[at + CMD_RESULT] | 0;
+      if (rc === 0) {
+        // EAGAIN: keep the rest, in order.
+        this.words.copyWithin(0, at, this.count * CMD_WORDS);
+        this.count -= accepted;
+        return false;
       }
-      // EAGAIN: set aside this command and every later one toward a blocked address.
-      if (nBlocked === this.blocked.length) this.blocked.push(0);
-      this.blocked[nBlocked++] = w[at + CMD_ADDR];
-      let keep = 0;
-      for (let i = accepted; i < n; i++) {
-        const c = i * CMD_WORDS;
-        if (this.isBlocked(w[c + CMD_ADDR], nBlocked)) {
-          this.spare.set(w.subarray(c, c + CMD_WORDS), deferred * CMD_WORDS);
-          deferred++;
-        } else {
-          if (keep !== i) w.copyWithin(keep * CMD_WORDS, c, c + CMD_WORDS);
-          keep++;
-        }
-      }
-      this.count = keep;
+      onFailed(this.words[at + CMD_CTX], this.words[at + CMD_CTX + 1], rc);
+      start = accepted + 1;
     }
-    this.count = deferred;
-    if (deferred === 0) return true;
-    w.set(this.spare.subarray(0, deferred * CMD_WORDS), 0);
-    return false;
-  }
-
-  private isBlocked(addr: number, n: number): boolean {
-    for (let k = 0; k < n; k++) if (this.blocked[k] === addr) return true;
-    return false;
+    this.count = 0;
+    return true;
   }
 
   /** Drops staged commands whose context high word satisfies `drop` (a QP that failed). */
@@ -107,7 +81,6 @@ export class CommandBuffer {
     const next = new Uint32Array(this.capacity * CMD_WORDS);
     next.set(this.words);
     this.words = next;
-    this.spare = new Uint32Array(this.capacity * CMD_WORDS);
     this.ep.bindCommands(next);
   }
 }
