@@ -24,21 +24,16 @@ import { buildPeer, detect, harnessArgs, parseRows, type PeerRunOptions } from '
 import type { LaunchResult } from '../peers/spawn.js';
 import { table } from '../lib/stats.js';
 import { aggregate, type AggregatedRow } from './aggregate.js';
-import { withBandwidth, type CollectiveOp, type CollectiveResult, type CollectiveRow } from './metrics.js';
-import { ROW_PREFIX, type RankPlan, type Variant } from './plan.js';
+import { withBandwidth, type CollectiveResult, type CollectiveRow } from './metrics.js';
+import { ROW_PREFIX, type RankPlan } from './plan.js';
 import { formatSize, formatUs } from './report.js';
 
 const RANK_SCRIPT = path.join(path.dirname(fileURLToPath(import.meta.url)), 'rank.js');
 
-export interface HostsBenchOptions {
+/** The sweep every rank runs (as the one-host bench), and how the ranks spread over hosts. */
+export interface HostsBenchOptions extends Pick<RankPlan, 'ops' | 'sizes' | 'iters' | 'warmup' | 'byteBudget' | 'variants'> {
   hosts: number;
   perHost: number;
-  ops: CollectiveOp[];
-  sizes: number[];
-  iters: number;
-  warmup: number;
-  byteBudget: number;
-  variants: Variant[];
   runs: number;
   json: boolean;
   out?: string;
