@@ -140,6 +140,7 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
                         InstanceMethod("strerror", &Endpoint::StrError),
                         InstanceMethod("waitSync", &Endpoint::WaitSync),
                         InstanceMethod("waitAsync", &Endpoint::WaitAsync),
+                        InstanceMethod("mayBlock", &Endpoint::MayBlockJs),
                         InstanceMethod("close", &Endpoint::Close)});
   }
 
@@ -553,6 +554,14 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
     return fi_trywait(fabric_, &f, 1) == FI_SUCCESS;
   }
 
+  // mayBlock(): false while the CQ has entries or the provider has work to progress (a sleep
+  // on the fd would not end); the caller should poll again after letting the event loop turn.
+  Napi::Value MayBlockJs(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (!IsOpen(env)) return env.Undefined();
+    return Napi::Boolean::New(env, waitFd_ < 0 || MayBlock());
+  }
+
   // waitSync(timeoutMs): blocks until the CQ may have entries (true) or the timeout (false).
   Napi::Value WaitSync(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
@@ -592,8 +601,12 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
       timer_->data = this;
     }
     if (!MayBlock()) {
-      // Work is ready now: settle on the next loop turn, as a readable fd would.
-      uv_timer_start(timer_, [](uv_timer_t* h) { static_cast<Endpoint*>(h->data)->StopWait(true); }, 0, 0);
+      // Work is ready now: settle soon, as a readable fd would. Not with a 0 ms timer: the
+      // continuation runs inside this timer's callback scope, and a waiter that finds work
+      // again would start another 0 ms timer, which libuv runs in the same timers phase: the
+      // event loop never reaches I/O, the threadpool or other timers (a rank in init starved
+      // its store client this way). JS checks mayBlock() first and turns the loop itself.
+      uv_timer_start(timer_, [](uv_timer_t* h) { static_cast<Endpoint*>(h->data)->StopWait(true); }, 1, 0);
       return Napi::Value(env, promise);
     }
     uv_poll_start(poll_, UV_READABLE, [](uv_poll_t* h, int, int) { static_cast<Endpoint*>(h->data)->StopWait(true); });

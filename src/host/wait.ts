@@ -52,6 +52,11 @@ export interface Doorbell {
   sleepSync(ms: number, ready: () => boolean): void;
   /** The same on the event loop. */
   sleepAsync(ms: number, ready: () => boolean): Promise<unknown>;
+  /**
+   * False when a sleep would end at once (the fabric has work to progress): a doorbell that
+   * combines others then skips its own sleeps and lets the event loop turn instead.
+   */
+  mayBlock?(): boolean;
 }
 
 /** The call a wait serves: its deadline (timeout and AbortSignal) and its name in errors. */

@@ -65,6 +65,8 @@ export interface OfiEndpoint {
   waitSync(timeoutMs: number): boolean;
   /** Same on the event loop (providers with a wait fd only). */
   waitAsync(timeoutMs: number): Promise<boolean>;
+  /** False while the CQ has entries or the provider has work to progress (fi_trywait). */
+  mayBlock(): boolean;
   close(): void;
 }
 

@@ -269,11 +269,18 @@ async function shakeHands(device: Device, qps: (QueuePair | undefined)[], rank: 
  */
 export function keepFabricMoving(device: Device): () => void {
   let stopped = false;
-  const ready = () => {
-    if (!stopped) device.cq.ready();
-    return stopped;
-  };
-  void waitAsync(ready, device.cq.doorbell, { oversubscribed: true }).catch(() => {});
+  let held = false;
+  // ready() moves the fabric forward; true when completions wait for the context's owner.
+  const ready = () => stopped || (held = device.cq.ready());
+  void (async () => {
+    while (!stopped) {
+      await waitAsync(ready, device.cq.doorbell, { oversubscribed: true });
+      // Completions already arrived (a peer that finished init sent its first message): they
+      // are the owner's to take, and nothing else needs this rank's progress. Look again in
+      // a millisecond rather than spin on them.
+      if (!stopped && held) await new Promise((r) => setTimeout(r, 1));
+    }
+  })().catch(() => {});
   return () => {
     stopped = true;
   };

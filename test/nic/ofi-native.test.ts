@@ -13,6 +13,9 @@ import { native } from '../../src/native/binding.js';
 import { createDevice, sweepProcessSegments, CompletionBatch, Opcode, Status, statusName, type Device, type MemoryRegion, type QueuePair, type RemoteRegion } from '../../src/nic/index.js';
 import { DESCRIPTOR_KEY_OFFSET } from '../../src/nic/ofi/wire.js';
 import { prng, randomPool } from '../../harness/data.js';
+import { keepFabricMoving } from '../../src/rendezvous/full-mesh.js';
+import { readFile } from 'node:fs/promises';
+import { createServer, connect } from 'node:net';
 
 const HELPER = path.join(path.dirname(fileURLToPath(import.meta.url)), 'workers', 'ofi-peer.js');
 const hex = (b: Uint8Array) => Buffer.from(b).toString('hex');
@@ -214,6 +217,64 @@ for (const [provider, fabric] of providers) {
       // A sleeping wait uses a few percent of one core; a spinning one all of it (or whatever the
       // scheduler leaves it). Half is far from both.
       assert.ok(cpu.user + cpu.system < wall / 2, `waitSync used ${((cpu.user + cpu.system) / 1000).toFixed(0)} ms of CPU in ${(wall / 1000).toFixed(0)} ms`);
+    } finally {
+      await p.stop();
+    }
+  });
+
+  test('sleeping while completions wait for their owner: timers, the threadpool and sockets still run; keepFabricMoving does not spin', async () => {
+    const p = await pair(provider, 'target');
+    // The event loop must turn while a waiter sleeps on a CQ that keeps saying "poll first"
+    // (fi_trywait), as when a peer that finished init already sent to a rank still waiting
+    // on the store. The doorbell once re-armed a 0 ms libuv timer from inside the previous
+    // one's callback: libuv ran it in the same timers phase, forever; the store's socket,
+    // timers and the threadpool never ran and the rank hung until it ran out of memory.
+    const eventLoopTurns = async () => {
+      await new Promise((r) => setTimeout(r, 100));
+      await readFile(HELPER);
+      await new Promise<void>((resolve, reject) => {
+        const server = createServer((s) => s.end('pong')).listen(0, '127.0.0.1', () => {
+          const c = connect((server.address() as { port: number }).port, '127.0.0.1');
+          c.on('data', () => (c.destroy(), server.close(), resolve())).on('error', reject);
+        });
+      });
+    };
+    try {
+      for (let i = 0; i < 4; i++) p.qp.postWrite(p.mr, 0, p.remote, 0, 64, i, true);
+      await new Promise((r) => setTimeout(r, 50));
+      // A bare sleep loop that never takes them.
+      let stopped = false;
+      let sleeps = 0;
+      const loop = (async () => {
+        while (!stopped) {
+          sleeps++;
+          await p.dev.cq.doorbell.sleepAsync(20, () => false);
+        }
+      })();
+      try {
+        await eventLoopTurns();
+      } finally {
+        stopped = true;
+        await loop;
+      }
+      assert.ok(sleeps > 0);
+      // keepFabricMoving (init's wait on the store): the same, and it must not spin on them.
+      const stop = keepFabricMoving(p.dev);
+      const c0 = process.cpuUsage();
+      const t0 = performance.now();
+      try {
+        for (let i = 4; i < 8; i++) p.qp.postWrite(p.mr, 0, p.remote, 0, 64, i, true);
+        await eventLoopTurns();
+        await new Promise((r) => setTimeout(r, 200));
+      } finally {
+        stop();
+      }
+      const wall = (performance.now() - t0) * 1000;
+      const cpu = process.cpuUsage(c0);
+      assert.ok(cpu.user + cpu.system < wall / 2, `keepFabricMoving used ${((cpu.user + cpu.system) / 1000).toFixed(0)} ms of CPU in ${(wall / 1000).toFixed(0)} ms`);
+      // The completions are all still there for their owner.
+      let n = 0;
+      await pump(p.dev, (i) => (mustSucceed(i), n++), () => n === 8);
     } finally {
       await p.stop();
     }

@@ -19,7 +19,7 @@
 import { WeftError } from '../../errors.js';
 import { native } from '../../native/binding.js';
 import { localIdentity } from '../../host/identity.js';
-import { waitForCompletions, waitForCompletionsSync, type Doorbell } from '../../host/wait.js';
+import { turn, waitForCompletions, waitForCompletionsSync, type Doorbell } from '../../host/wait.js';
 import type { WaitOptions } from '../../util/deadline.js';
 import { CompletionBatch, type CompletionQueue, type Device, type MemoryRegion, type QueuePair, type QueuePairOptions, type RemoteRegion } from '../types.js';
 import type { ShmDevice } from '../shm/device.js';
@@ -257,8 +257,11 @@ class MixedCompletionQueue implements CompletionQueue {
     if (max > out.capacity) max = out.capacity;
     const d = this.dev;
     // Alternate which provider fills the batch first: a busy one must not starve the other.
-    this.ofiFirst = !this.ofiFirst;
-    const [first, firstMap, second, secondMap] = this.ofiFirst ? [d.ofi.cq, d.ofiToMixed, d.shm.cq, d.shmToMixed] : [d.shm.cq, d.shmToMixed, d.ofi.cq, d.ofiToMixed];
+    const ofiFirst = (this.ofiFirst = !this.ofiFirst);
+    const first = ofiFirst ? d.ofi.cq : d.shm.cq;
+    const firstMap = ofiFirst ? d.ofiToMixed : d.shmToMixed;
+    const second = ofiFirst ? d.shm.cq : d.ofi.cq;
+    const secondMap = ofiFirst ? d.shmToMixed : d.ofiToMixed;
     let n = first.poll(out, max);
     n = translate(out, 0, n, firstMap);
     if (n < max) {
@@ -298,6 +301,9 @@ class MixedCompletionQueue implements CompletionQueue {
     },
     sleepAsync: async (ms, ready) => {
       const d = this.dev;
+      // The fabric has work: poll both again after one event-loop turn (a futex sleep on the
+      // threadpool per turn would pile up behind the pool's four threads).
+      if (d.ofi.cq.doorbell.mayBlock?.() === false) return turn();
       let done = false;
       const fabric = d.ofi.cq.doorbell.sleepAsync(ms, ready).then(() => {
         // End the shared-memory sleep: ring our own futex.

@@ -120,6 +120,7 @@ export class OfiCompletionQueue implements CompletionQueue {
     beforeSleep: () => this.dev.publishAll(),
     sleepSync: (ms) => void this.dev.ep.waitSync(ms),
     sleepAsync: (ms) => this.dev.sleepAsync(ms),
+    mayBlock: () => this.dev.ep.mayBlock(),
   };
 
   private readonly isReady = () => this.ready();
