@@ -247,7 +247,10 @@ export class Pair {
       for (let i = 0; i < held.length; i++) {
         const u = held[i];
         if (op.persistent !== u.bound) continue;
-        if (!this.matchable(op, u.total, u.sig, u.call)) return;
+        // A mismatch aborts the job, which fails the posted receives: this one is not posted
+        // yet, so it fails here (left alone, it waited for its timeout and then reported that
+        // instead of the mismatch the job was aborted for).
+        if (!this.matchable(op, u.total, u.sig, u.call)) return op.fail(this.error ?? new WeftError('EINVAL', `${this.host.label}: a message from rank ${this.peer} does not match ${op.describe()}`));
         held.splice(i, 1);
         op.matched = !op.persistent;
         op.peer = this.peer;

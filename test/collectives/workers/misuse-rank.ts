@@ -20,6 +20,13 @@ const CASES: Record<string, Case> = {
   'allreduce length (large)': (c, r) => c.allreduce(f32(r === 0 ? (1 << 20) + 1 : 1 << 20, 1)),
   'broadcast dtype': (c, r) => c.broadcast(r === 0 ? new Int32Array(8) : new Float32Array(8), { root: 0 }),
   'broadcast length': (c, r) => c.broadcast(f32(r === 0 ? 9 : 8, 1), { root: 0 }),
+  // The root's message is already waiting when the receive is posted: the mismatch is found
+  // at the post, and this rank's call must fail with it (it once waited for its timeout).
+  'broadcast dtype, the message there first': async (c, r) => {
+    if (r === 0) return void (await c.broadcast(new Int32Array(8), { root: 0 }));
+    await new Promise((res) => setTimeout(res, 300));
+    await c.broadcast(new Float32Array(8), { root: 0 });
+  },
   // Every rank believes it is the root: nobody receives, so nobody can tell at once. The
   // next broadcast on the same tag must fail instead of handing over this call's bytes.
   'broadcast root, then the next broadcast': async (c, r) => {
