@@ -1,16 +1,22 @@
 /** The `weft` command: info, demo, run, bench. */
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { Command, Option } from 'commander';
 import { positiveInt } from './arguments.js';
-import { printInfo } from './info.js';
-import { runDemo } from './demo.js';
 
-const program = new Command('weft').description('collective communication and RDMA-style RPC for Node.js').showHelpAfterError().enablePositionalOptions();
+// Commands load what they use when they run: --version and --help work without the native
+// core, and a missing core is reported by the command that needs it, in one line.
+const packageJson = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..', 'package.json');
+const { version } = JSON.parse(readFileSync(packageJson, 'utf8')) as { version: string };
+
+const program = new Command('weft').description('collective communication and RDMA-style RPC for Node.js').version(version, '-v, --version', 'print the weft version').showHelpAfterError().enablePositionalOptions();
 
 program
   .command('info')
   .description('weft version, available providers (libfabric and its providers), host id, shared-memory limits')
   .option('--json', 'print JSON')
-  .action((o: { json?: boolean }) => printInfo(!!o.json));
+  .action(async (o: { json?: boolean }) => (await import('./info.js')).printInfo(!!o.json));
 
 program
   .command('demo')
@@ -20,7 +26,7 @@ program
   .option('--laps <n>', 'token-ring laps', positiveInt, 2000)
   .option('--blocks <n>', '1 MiB writes per rank', positiveInt, 256)
   .action(async (o: { ranks: number; provider: string; laps: number; blocks: number }) => {
-    process.exitCode = await runDemo(o);
+    process.exitCode = await (await import('./demo.js')).runDemo(o);
   });
 
 program
@@ -52,6 +58,7 @@ program
 program.command('bench', 'benchmarks: nic, rendezvous, reduce, collectives, rpc (each prints a table and writes JSON and SVG to bench/results/)', { executableFile: 'weft-bench.js' });
 
 program.parseAsync().catch((err: Error) => {
-  console.error(`weft: ${err.message}`);
+  // Our own errors already say what to do: one line, no stack.
+  console.error(err.message.startsWith('weft') ? err.message : `weft: ${err.message}`);
   process.exit(1);
 });

@@ -20,9 +20,11 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { createInterface } from 'node:readline';
 import path from 'node:path';
+import { statSync } from 'node:fs';
+import { constants } from 'node:os';
 import { WeftError } from '../errors.js';
 import { native } from '../native/binding.js';
-import { sweepProcessSegments } from '../nic/index.js';
+import { parseProvider, sweepProcessSegments } from '../nic/index.js';
 import { TcpStoreServer } from '../rendezvous/stores/tcp/server.js';
 import { credentialFromEnv } from '../rendezvous/stores/shared/secrets.js';
 import { PrefixClaim } from './prefix-claim.js';
@@ -79,6 +81,9 @@ export async function launch(o: LaunchOptions): Promise<number> {
   if (!Number.isInteger(nnodes) || nnodes < 1 || !Number.isInteger(nodeRank) || nodeRank < 0 || nodeRank >= nnodes) throw new WeftError('EINVAL', `weft run: --node-rank ${nodeRank} must be in [0, --nnodes ${nnodes})`);
   if (nnodes > 1 && !o.store && !o.masterAddr) throw new WeftError('EINVAL', 'weft run: a multi-host job (--nnodes > 1) needs a store every host reaches: --store redis://… (or any store URL), or --master-addr ADDR --master-port PORT (node 0 hosts a TcpStore there)');
   if (o.masterAddr && o.store) throw new WeftError('EINVAL', 'weft run: give --store or --master-addr, not both');
+  // Checked here, once: a bad provider or script would otherwise fail in every rank, N stacks.
+  checkProvider(o.provider);
+  checkScript(o.script);
   const out = o.out ?? process.stdout;
   const err = o.err ?? process.stderr;
   const color = o.color ?? (Boolean((out as NodeJS.WriteStream).isTTY) && !process.env.NO_COLOR);
@@ -158,7 +163,9 @@ export async function launch(o: LaunchOptions): Promise<number> {
     graceTimer = setTimeout(() => stopAll('SIGTERM'), o.failGraceMs ?? 1000);
     graceTimer.unref();
   };
+  let interrupted: NodeJS.Signals | undefined;
   const onSignal = (sig: NodeJS.Signals) => {
+    interrupted ??= sig;
     failure ??= `interrupted by ${sig}`;
     stopAll(sig);
   };
@@ -225,6 +232,8 @@ export async function launch(o: LaunchOptions): Promise<number> {
   if (failure) {
     const clean = exits.filter((e) => e && e.code === 0 && !e.signal).length;
     err.write(`weft run: ${failure}; stopped the job (${clean} of ${o.ranks} local ranks had finished cleanly)\n`);
+    // Ctrl-C: 130, as shells and other launchers report an interrupted command.
+    if (interrupted) return 128 + (constants.signals[interrupted] ?? 2);
     const first = exits.find((e) => e && e.code !== 0 && e.code !== null);
     return first?.code ?? 1;
   }
@@ -247,6 +256,27 @@ export function passwordWarning(url: string): string | undefined {
 }
 
 /** node for .js/.mjs/.cjs; node with the tsx loader for .ts/.mts. */
+function checkProvider(provider: string | undefined): void {
+  if (provider === undefined || provider === 'auto') return;
+  let kind: string;
+  try {
+    kind = parseProvider(provider).kind;
+  } catch (e) {
+    throw new WeftError('EINVAL', `weft run: --provider: ${(e as Error).message}, or leave it unset (shared memory inside a host, the fabric between hosts)`);
+  }
+  if (kind === 'ofi' && !native.ofi.available) throw new WeftError('ENOTSUP', `weft run: --provider ${provider} needs libfabric: ${native.ofi.reason ?? 'not available'}`);
+}
+
+function checkScript(script: string): void {
+  let isFile = false;
+  try {
+    isFile = statSync(script).isFile();
+  } catch {
+    throw new WeftError('EINVAL', `weft run: script ${script} not found (looked from ${process.cwd()})`);
+  }
+  if (!isFile) throw new WeftError('EINVAL', `weft run: ${script} is not a file; give the script each rank runs (.js, .mjs, .cjs or .ts)`);
+}
+
 function scriptCommand(script: string): string[] {
   const ext = path.extname(script);
   if (ext === '.ts' || ext === '.mts' || ext === '.cts') return [process.execPath, '--import', import.meta.resolve('tsx'), script];

@@ -2,7 +2,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import path from 'node:path';
@@ -118,6 +118,49 @@ test('SIGTERM to the launcher stops every rank; no orphans', async () => {
   assert.match(r.err, /interrupted by SIGTERM/);
   await new Promise((res) => setTimeout(res, 200));
   assert.equal(orphans(), []);
+});
+
+test('Ctrl-C (SIGINT to the whole process group) exits 130 and leaves no ranks and no segments of the job', async () => {
+  const before = new Set(readdirSync('/dev/shm'));
+  const r = await new Promise<Run>((resolve) => {
+    const t0 = performance.now();
+    // Its own process group, as a terminal's foreground job: Ctrl-C reaches the launcher and every rank.
+    const child = spawn(process.execPath, [WEFT, 'run', '-n', '3', RANK, '-1', 'hang'], { env: { ...process.env, NO_COLOR: '1' }, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+    let out = '';
+    let err = '';
+    child.stdout.on('data', (d) => (out += d));
+    child.stderr.on('data', (d) => (err += d));
+    setTimeout(() => process.kill(-child.pid!, 'SIGINT'), 2500);
+    const guard = setTimeout(() => process.kill(-child.pid!, 'SIGKILL'), 60_000);
+    child.on('exit', (code) => {
+      clearTimeout(guard);
+      resolve({ code, out, err, ms: performance.now() - t0 });
+    });
+  });
+  assert.is(r.code, 130, r.err);
+  assert.match(r.err, /interrupted by SIGINT/);
+  await new Promise((res) => setTimeout(res, 200));
+  assert.equal(orphans(), []);
+  const left = readdirSync('/dev/shm').filter((n) => !before.has(n));
+  assert.equal(left, [], `left in /dev/shm: ${left.join(', ')}`);
+});
+
+test('bad arguments are refused before any rank starts, in one line: an unknown provider, a missing script', async () => {
+  const bad = await weftRun(['-n', '2', '--provider', 'foo', RANK, '-1']);
+  assert.is(bad.code, 1);
+  assert.match(bad.err, /^weft run: --provider: unknown provider "foo"/);
+  assert.is(bad.err.trim().split('\n').length, 1, bad.err);
+  assert.not.match(bad.out + bad.err, /\[rank/);
+  const missing = await weftRun(['-n', '2', path.join(root, 'no-such-script.mjs')]);
+  assert.is(missing.code, 1);
+  assert.match(missing.err, /^weft run: script .*no-such-script\.mjs not found/);
+  assert.is(missing.err.trim().split('\n').length, 1, missing.err);
+});
+
+test('weft --version prints the package version', () => {
+  const r = spawnSync(process.execPath, [WEFT, '--version'], { encoding: 'utf8' });
+  assert.is(r.status, 0, r.stderr);
+  assert.is(r.stdout.trim(), JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8')).version);
 });
 
 test('weft demo (the README\'s first command) runs ranks that really exchange data', async () => {
