@@ -279,6 +279,9 @@ function checkScript(script: string): void {
 
 function scriptCommand(script: string): string[] {
   const ext = path.extname(script);
-  if (ext === '.ts' || ext === '.mts' || ext === '.cts') return [process.execPath, '--import', import.meta.resolve('tsx'), script];
+  const tsx = ['--import', import.meta.resolve('tsx')];
+  // .ts ranks run as ES modules whatever the project's package type (top-level await works).
+  if (ext === '.ts' || ext === '.tsx') return [process.execPath, ...tsx, '--import', import.meta.resolve('./ts-rank/register.js'), script];
+  if (ext === '.mts' || ext === '.cts') return [process.execPath, ...tsx, script];
   return [process.execPath, script];
 }

@@ -2,7 +2,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import path from 'node:path';
@@ -155,6 +155,40 @@ test('bad arguments are refused before any rank starts, in one line: an unknown 
   assert.is(missing.code, 1);
   assert.match(missing.err, /^weft run: script .*no-such-script\.mjs not found/);
   assert.is(missing.err.trim().split('\n').length, 1, missing.err);
+});
+
+test('weft run app.ts in a CommonJS project (npm init -y): the .ts ranks run as ES modules, top-level await works', async () => {
+  const dir = mkdtempSync(path.join(tmpdir(), 'weft-cjs-'));
+  try {
+    writeFileSync(path.join(dir, 'package.json'), JSON.stringify({ name: 'app', version: '1.0.0', type: 'commonjs' }));
+    mkdirSync(path.join(dir, 'node_modules'));
+    symlinkSync(root, path.join(dir, 'node_modules', 'weft'));
+    writeFileSync(path.join(dir, 'half.ts'), 'export const half = (x: number): number => x / 2;\n');
+    writeFileSync(path.join(dir, 'app.ts'), [
+      "import { init } from 'weft';",
+      "import { half } from './half';",
+      'const ctx = await init();',
+      'const x = new Float32Array(4).fill(ctx.rank + 1);',
+      'await ctx.allreduce(x);',
+      'console.log(`rank ${ctx.rank}: ${half(x[0])}`);',
+      'await ctx.close();',
+    ].join('\n'));
+    const r = await new Promise<Run>((resolve) => {
+      const t0 = performance.now();
+      const child = spawn(process.execPath, [WEFT, 'run', '-n', '2', 'app.ts'], { cwd: dir, env: { ...process.env, NO_COLOR: '1' }, stdio: ['ignore', 'pipe', 'pipe'] });
+      let out = '';
+      let err = '';
+      child.stdout.on('data', (d) => (out += d));
+      child.stderr.on('data', (d) => (err += d));
+      const guard = setTimeout(() => child.kill('SIGKILL'), 60_000);
+      child.on('exit', (code) => (clearTimeout(guard), resolve({ code, out, err, ms: performance.now() - t0 })));
+    });
+    assert.is(r.code, 0, r.err);
+    assert.match(r.out, /\[rank 0\] rank 0: 1.5/);
+    assert.match(r.out, /\[rank 1\] rank 1: 1.5/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
 
 test('weft --version prints the package version', () => {
