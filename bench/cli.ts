@@ -6,7 +6,7 @@
 import { Command } from 'commander';
 import { positiveInt } from '../src/cli/arguments.js';
 
-const bench = new Command('weft bench').description('benchmarks (each prints a table and writes JSON and SVG to bench/results/)').showHelpAfterError();
+const bench = new Command('weft bench').description('benchmarks (each prints a table and writes JSON and SVG to bench/results/ in a checkout, ./weft-bench-results/ when installed, or WEFT_BENCH_OUT)').showHelpAfterError();
 bench
   .command('nic')
   .description('64 B WRITE_IMM round trip and streaming rate per provider, vs libfabric shm and memcpy')

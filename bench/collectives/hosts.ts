@@ -19,10 +19,9 @@ import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { EmulatedHosts } from '../../harness/emulated-hosts.js';
 import { runOnHosts } from '../../harness/host-jobs.js';
-import { packageRoot } from '../../src/native/binding.js';
 import { buildPeer, detect, harnessArgs, parseRows, type PeerRunOptions } from '../peers/index.js';
 import type { LaunchResult } from '../peers/spawn.js';
-import { table } from '../lib/stats.js';
+import { resultsDir, table } from '../lib/stats.js';
 import { aggregate, type AggregatedRow } from './aggregate.js';
 import { withBandwidth, type CollectiveResult, type CollectiveRow } from './metrics.js';
 import { ROW_PREFIX, type RankPlan } from './plan.js';
@@ -223,7 +222,7 @@ export async function benchCollectivesOnHosts(o: HostsBenchOptions): Promise<{ r
     await h.destroy();
   }
   const rows = aggregate(raw);
-  const file = path.resolve(o.out ?? path.join(packageRoot, 'bench', 'results', `collectives-hosts-${started.toISOString().replace(/[:.]/g, '-')}.json`));
+  const file = path.resolve(o.out ?? path.join(resultsDir(), `collectives-hosts-${started.toISOString().replace(/[:.]/g, '-')}.json`));
   const targets = hostsTargets(rows);
   const meta = { date: started.toISOString(), seconds: (Date.now() - started.getTime()) / 1000, node: process.version, cpus: cpus().length, loadavg_before: loadBefore, loadavg_after: loadavg(), hosts: o.hosts, perHost: o.perHost, peers: { gloo: avail.gloo.version ?? avail.gloo.reason, openmpi: avail.mpi.version ?? avail.mpi.reason }, options: { ...o, out: undefined, plot: undefined }, failures };
   mkdirSync(path.dirname(file), { recursive: true });

@@ -17,6 +17,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { native, packageRoot } from '../../src/native/binding.js';
+import { resultsDir } from '../lib/stats.js';
 import { PEER_SYSTEMS, detect, runPeers, type PeerSystem } from '../peers/index.js';
 import { aggregate, type AggregatedRow } from './aggregate.js';
 import { measureFloor } from './floor.js';
@@ -119,7 +120,7 @@ function sourceVersion(): { commit?: string; dirty?: boolean } {
 }
 
 function defaultOut(): string {
-  return path.join(packageRoot, 'bench', 'results', `collectives-${new Date().toISOString().replace(/[:.]/g, '-')}.json`);
+  return path.join(resultsDir(), `collectives-${new Date().toISOString().replace(/[:.]/g, '-')}.json`);
 }
 
 /** Runs, prints (tables and targets, or JSON lines), writes the results file and the plots. */

@@ -22,9 +22,19 @@ export interface BenchRecord {
   [extra: string]: unknown;
 }
 
-/** Writes records to bench/results/<name>-<timestamp>.json and returns the path. */
+/**
+ * Where results go: WEFT_BENCH_OUT when set; in a checkout of weft, bench/results/; in an
+ * installed package, weft-bench-results/ in the current directory (never into node_modules).
+ */
+export function resultsDir(): string {
+  if (process.env.WEFT_BENCH_OUT) return path.resolve(process.env.WEFT_BENCH_OUT);
+  if (packageRoot.split(path.sep).includes('node_modules')) return path.resolve('weft-bench-results');
+  return path.join(packageRoot, 'bench', 'results');
+}
+
+/** Writes records to <resultsDir()>/<name>-<timestamp>.json and returns the path. */
 export function saveResults(name: string, records: BenchRecord[], meta: Record<string, unknown>): string {
-  const dir = path.join(packageRoot, 'bench', 'results');
+  const dir = resultsDir();
   mkdirSync(dir, { recursive: true });
   const file = path.join(dir, `${name}-${new Date().toISOString().replace(/[:.]/g, '-')}.json`);
   writeFileSync(file, JSON.stringify({ meta, records }, null, 2));

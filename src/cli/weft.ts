@@ -55,7 +55,7 @@ program
 
 // The benchmarks are their own program (bench/cli.ts), run by bin/weft-bench.js as a child:
 // shipped code never imports bench/.
-program.command('bench', 'benchmarks: nic, rendezvous, reduce, collectives, rpc (each prints a table and writes JSON and SVG to bench/results/)', { executableFile: 'weft-bench.js' });
+program.command('bench', 'benchmarks: nic, rendezvous, reduce, collectives, rpc (each prints a table and writes JSON and SVG to bench/results/ in a checkout, ./weft-bench-results/ when installed, or WEFT_BENCH_OUT)', { executableFile: 'weft-bench.js' });
 
 program.parseAsync().catch((err: Error) => {
   // Our own errors already say what to do: one line, no stack.
