@@ -9,6 +9,7 @@ import type { WaitOptions } from '../util/deadline.js';
 import { hostname } from 'node:os';
 import { localIdentity } from '../host/identity.js';
 import { fabricBindAddress } from '../host/address.js';
+import { debugLog } from '../util/debug-log.js';
 import { exchangeHosts } from '../rendezvous/hosts.js';
 import { mayUseFabric, openJobDevice, requestedProvider } from './device-choice.js';
 import { CompletionRouter } from '../nic/completion-router.js';
@@ -84,11 +85,14 @@ export async function joinJob<M extends JobMember>(make: (parts: JobParts) => M,
     const bind = mayUseFabric(requestedProvider(options.device)) ? (options.device?.node ?? (await fabricBindAddress({ storeUrl })).address) : '';
     const hosts = await exchangeHosts(store, rank, size, { hostId: localIdentity().hostId, hostName: hostname(), address: bind }, wait);
     device = await openJobDevice(hosts, rank, { job, label: `rank ${rank}`, ...options.device }, bind);
+    debugLog('rank %d of %d: job %s, %s; device %s%s', rank, size, prefix, hosts.spansHosts ? `${hosts.hostIds.length} hosts` : 'one host', device.provider, bind ? `, bind ${bind}` : '');
+    const t0 = performance.now();
     await checkSameDebugMode(store, rank);
     const router = new CompletionRouter(device);
     const transport = new TransportDevice(router, rank, size, options.transport);
     const { qps: pairs, extras } = await connectFullMeshWithExtras(store, device, rank, size, { ...wait, qp: options.qp, extra: transport.descriptor(), hosts });
     transport.connect(pairs, extras);
+    debugLog('rank %d: connected to %d peers in %d ms', rank, size - 1, Math.round(performance.now() - t0));
     if (serve && size > 1) {
       // This process hosts the store: it returns only once every rank has had its answer.
       // A first call that blocks the event loop (a *Sync collective) would otherwise starve
@@ -101,6 +105,7 @@ export async function joinJob<M extends JobMember>(make: (parts: JobParts) => M,
     }
     return make({ rank, size, store, device, router, pairs, transport, style, serving: serve, hosts });
   } catch (err) {
+    debugLog('rank %d: init failed: %s', rank, (err as Error).message);
     device?.close();
     // The others then fail at once with this reason instead of timing out.
     await publishJoinFailure(store, err);

@@ -9,6 +9,7 @@ import { codedText, fromCodedText, WeftError } from '../errors.js';
 import { spin } from '../host/wait.js';
 import { isPeerStopped } from '../host/identity.js';
 import type { Deadline } from '../util/deadline.js';
+import { debugLog } from '../util/debug-log.js';
 import { Opcode, Status, statusName, type CompletionBatch, type Device as NicDevice, type MemoryRegion, type QueuePair } from '../nic/types.js';
 import type { CompletionRouter, CompletionSink } from '../nic/completion-router.js';
 import { BOARD_BYTES, ringGeometry, type RingGeometry } from './layout.js';
@@ -244,6 +245,7 @@ export class Device implements PairHost, CompletionSink, CollectiveTransport {
   abort(err: WeftError): void {
     if (this.failure) return;
     this.failure = err;
+    debugLog('%s: aborting the job: %s', this.label, err.message);
     // The code travels first, so a peer's calls fail with the same kind of error (a rank whose
     // mismatched call a peer noticed first still gets EINVAL, not a bare ECLOSED).
     for (const p of this.pairs) p?.sendAbort(codedText(err.code, unlabel(err.message, this.label)));
@@ -266,6 +268,7 @@ export class Device implements PairHost, CompletionSink, CollectiveTransport {
     const { code, message } = fromCodedText(text, 'ECLOSED');
     const err = new WeftError(code, `${this.label}: the job was aborted by rank ${peer}: ${message}`);
     this.failure = err;
+    debugLog('%s', err.message);
     for (const p of this.pairs) p?.fail(err);
     this.router.kick();
   }

@@ -191,6 +191,15 @@ test('weft run app.ts in a CommonJS project (npm init -y): the .ts ranks run as 
   }
 });
 
+test('NODE_DEBUG=weft: each rank says which device it opened and how long connecting took', async () => {
+  const r = await weftRun(['-n', '2', RANK, '-1'], { env: { NODE_DEBUG: 'weft' } });
+  assert.is(r.code, 0, r.err);
+  for (const k of [0, 1]) {
+    assert.match(r.err, new RegExp(`\\[rank ${k}\\] WEFT \\d+: rank ${k} of 2: job .*; device shm`));
+    assert.match(r.err, new RegExp(`\\[rank ${k}\\] WEFT \\d+: rank ${k}: connected to 1 peers in \\d+ ms`));
+  }
+});
+
 test('weft --version prints the package version', () => {
   const r = spawnSync(process.execPath, [WEFT, '--version'], { encoding: 'utf8' });
   assert.is(r.status, 0, r.stderr);
