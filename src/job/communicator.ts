@@ -77,95 +77,303 @@ export function withCollectives<B extends CommunicatorBase>(Base: B) {
       return sorted.includes(this.rank) ? subgroup(this, sorted, id) : undefined;
     }
 
-    /** @see allreduce in collectives/allreduce.ts */
+    /**
+     * Reduces `data` across every rank, in place (or into `options.output`): each element
+     * becomes the `op` (default 'sum') of that element on all ranks. Resolves to the result.
+     * Same length and dtype on every rank; `options.algorithm` picks one ('auto' by size).
+     *
+     * @example
+     * const grad = new Float32Array(1 << 20).fill(ctx.rank);
+     * await ctx.allreduce(grad);                       // grad[i] === 0 + 1 + ... + (size-1)
+     * await ctx.allreduce(grad, { op: 'max' });
+     */
     allreduce<T extends TypedArray>(data: T, options?: C.AllreduceOptions): Promise<T> {
       return C.allreduce(this, data, options);
     }
+    /**
+     * allreduce that blocks the thread until done (busy-polls; the lowest latency for small
+     * arrays). Do not mix with a pending Promise call on the same tag.
+     *
+     * @example
+     * const loss = Float64Array.of(localLoss);
+     * ctx.allreduceSync(loss);                          // loss[0]: the sum over ranks
+     */
     allreduceSync<T extends TypedArray>(data: T, options?: C.AllreduceOptions): T {
       return C.allreduceSync(this, data, options);
     }
+    /**
+     * Reduces `input` (size x output.length elements, or `options.counts`) across ranks; rank r
+     * gets block r of the result in `output`.
+     *
+     * @example
+     * const mine = new Float32Array(256);
+     * await ctx.reduceScatter(new Float32Array(256 * ctx.size).fill(1), mine);   // mine[i] === size
+     */
     reduceScatter<T extends TypedArray>(input: T, output: T, options?: C.ReduceScatterOptions): Promise<T> {
       return C.reduceScatter(this, input, output, options);
     }
+    /**
+     * The blocking form of reduceScatter.
+     *
+     * @example
+     * ctx.reduceScatterSync(all, mine);
+     */
     reduceScatterSync<T extends TypedArray>(input: T, output: T, options?: C.ReduceScatterOptions): T {
       return C.reduceScatterSync(this, input, output, options);
     }
+    /**
+     * Gathers every rank's `input` into `output` (size x input.length elements), in rank order,
+     * on every rank.
+     *
+     * @example
+     * const all = new Int32Array(ctx.size);
+     * await ctx.allgather(Int32Array.of(ctx.rank), all);   // [0, 1, ..., size-1]
+     */
     allgather<T extends TypedArray>(input: T, output: T, options?: C.CollectiveOptions): Promise<T> {
       return C.allgather(this, input, output, options);
     }
+    /**
+     * The blocking form of allgather.
+     *
+     * @example
+     * ctx.allgatherSync(Int32Array.of(ctx.rank), all);
+     */
     allgatherSync<T extends TypedArray>(input: T, output: T, options?: C.CollectiveOptions): T {
       return C.allgatherSync(this, input, output, options);
     }
+    /**
+     * allgather with per-rank element counts: rank r contributes `counts[r]` elements; `output`
+     * holds their sum.
+     *
+     * @example
+     * const counts = [...Array(ctx.size).keys()].map((r) => r + 1);
+     * const out = new Float64Array(counts.reduce((a, b) => a + b, 0));
+     * await ctx.allgatherv(new Float64Array(ctx.rank + 1).fill(ctx.rank), out, counts);
+     */
     allgatherv<T extends TypedArray>(input: T, output: T, counts: readonly number[], options?: C.CollectiveOptions): Promise<T> {
       return C.allgatherv(this, input, output, counts, options);
     }
+    /**
+     * The blocking form of allgatherv.
+     *
+     * @example
+     * ctx.allgathervSync(mine, out, counts);
+     */
     allgathervSync<T extends TypedArray>(input: T, output: T, counts: readonly number[], options?: C.CollectiveOptions): T {
       return C.allgathervSync(this, input, output, counts, options);
     }
+    /**
+     * Copies the root's `data` into every rank's `data` (same length everywhere), in place.
+     *
+     * @example
+     * const weights = new Float32Array(1024);
+     * if (ctx.rank === 0) weights.fill(0.5);
+     * await ctx.broadcast(weights, { root: 0 });
+     */
     broadcast<T extends TypedArray>(data: T, options?: C.RootOptions): Promise<T> {
       return C.broadcast(this, data, options);
     }
+    /**
+     * The blocking form of broadcast.
+     *
+     * @example
+     * ctx.broadcastSync(weights, { root: 0 });
+     */
     broadcastSync<T extends TypedArray>(data: T, options?: C.RootOptions): T {
       return C.broadcastSync(this, data, options);
     }
+    /**
+     * Reduces `data` across ranks into the root's array (or `options.output` there); the other
+     * ranks' arrays are inputs only.
+     *
+     * @example
+     * const loss = Float64Array.of(localLoss);
+     * await ctx.reduce(loss, { root: 0 });             // rank 0: the sum over ranks
+     */
     reduce<T extends TypedArray>(data: T, options?: C.ReduceOptions): Promise<T> {
       return C.reduce(this, data, options);
     }
+    /**
+     * The blocking form of reduce.
+     *
+     * @example
+     * ctx.reduceSync(loss, { root: 0, op: 'min' });
+     */
     reduceSync<T extends TypedArray>(data: T, options?: C.ReduceOptions): T {
       return C.reduceSync(this, data, options);
     }
+    /**
+     * Collects every rank's `input` at the root, in rank order (`output`, size x input.length
+     * elements, matters at the root only; pass undefined elsewhere). Resolves to it at the root.
+     *
+     * @example
+     * const all = ctx.rank === 0 ? new Float64Array(ctx.size) : undefined;
+     * await ctx.gather(Float64Array.of(score), all, { root: 0 });
+     */
     gather<T extends TypedArray>(input: T, output: T | undefined, options?: C.RootOptions): Promise<T | undefined> {
       return C.gather(this, input, output, options);
     }
+    /**
+     * The blocking form of gather.
+     *
+     * @example
+     * ctx.gatherSync(Float64Array.of(score), all, { root: 0 });
+     */
     gatherSync<T extends TypedArray>(input: T, output: T | undefined, options?: C.RootOptions): T | undefined {
       return C.gatherSync(this, input, output, options);
     }
+    /**
+     * gather with per-rank element counts (rank r sends `counts[r]` elements).
+     *
+     * @example
+     * const out = ctx.rank === 0 ? new Int32Array(total) : undefined;
+     * await ctx.gatherv(mine, out, counts, { root: 0 });
+     */
     gatherv<T extends TypedArray>(input: T, output: T | undefined, counts: readonly number[], options?: C.RootOptions): Promise<T | undefined> {
       return C.gatherv(this, input, output, counts, options);
     }
+    /**
+     * The blocking form of gatherv.
+     *
+     * @example
+     * ctx.gathervSync(mine, out, counts, { root: 0 });
+     */
     gathervSync<T extends TypedArray>(input: T, output: T | undefined, counts: readonly number[], options?: C.RootOptions): T | undefined {
       return C.gathervSync(this, input, output, counts, options);
     }
+    /**
+     * Splits the root's `input` (size x output.length elements; undefined elsewhere) in rank
+     * order: rank r gets block r in `output`.
+     *
+     * @example
+     * const mine = new Int32Array(4);
+     * await ctx.scatter(ctx.rank === 0 ? Int32Array.from({ length: 4 * ctx.size }, (_, i) => i) : undefined, mine);
+     */
     scatter<T extends TypedArray>(input: T | undefined, output: T, options?: C.RootOptions): Promise<T> {
       return C.scatter(this, input, output, options);
     }
+    /**
+     * The blocking form of scatter.
+     *
+     * @example
+     * ctx.scatterSync(ctx.rank === 0 ? blocks : undefined, mine, { root: 0 });
+     */
     scatterSync<T extends TypedArray>(input: T | undefined, output: T, options?: C.RootOptions): T {
       return C.scatterSync(this, input, output, options);
     }
+    /**
+     * Rank r's input block p (input.length / size elements) lands in rank p's output block r.
+     *
+     * @example
+     * const out = new Int32Array(ctx.size);
+     * await ctx.alltoall(Int32Array.from({ length: ctx.size }, (_, p) => ctx.rank * 100 + p), out);
+     */
     alltoall<T extends TypedArray>(input: T, output: T, options?: C.CollectiveOptions): Promise<T> {
       return C.alltoall(this, input, output, options);
     }
+    /**
+     * The blocking form of alltoall.
+     *
+     * @example
+     * ctx.alltoallSync(input, out);
+     */
     alltoallSync<T extends TypedArray>(input: T, output: T, options?: C.CollectiveOptions): T {
       return C.alltoallSync(this, input, output, options);
     }
+    /**
+     * alltoall with counts: `sendCounts[p]` elements of `input` go to rank p, `recvCounts[p]`
+     * come from it; blocks are contiguous, in rank order.
+     *
+     * @example
+     * await ctx.alltoallv(input, [1, 2], out, [2, 1]);   // on 2 ranks
+     */
     alltoallv<T extends TypedArray>(input: T, sendCounts: readonly number[], output: T, recvCounts: readonly number[], options?: C.CollectiveOptions): Promise<T> {
       return C.alltoallv(this, input, sendCounts, output, recvCounts, options);
     }
+    /**
+     * The blocking form of alltoallv.
+     *
+     * @example
+     * ctx.alltoallvSync(input, sendCounts, out, recvCounts);
+     */
     alltoallvSync<T extends TypedArray>(input: T, sendCounts: readonly number[], output: T, recvCounts: readonly number[], options?: C.CollectiveOptions): T {
       return C.alltoallvSync(this, input, sendCounts, output, recvCounts, options);
     }
+    /**
+     * Resolves once every rank has called it.
+     *
+     * @example
+     * await ctx.barrier();                              // every rank got here
+     */
     barrier(options?: C.CollectiveOptions): Promise<void> {
       return C.barrier(this, options);
     }
+    /**
+     * The blocking form of barrier.
+     *
+     * @example
+     * ctx.barrierSync({ timeoutMs: 10_000 });
+     */
     barrierSync(options?: C.CollectiveOptions): void {
       C.barrierSync(this, options);
     }
+    /**
+     * Sends `data` to rank `dst` (tag 0 unless `options.tag`); resolves when `data` may be
+     * reused. Messages between two ranks on one tag arrive in the order they were sent.
+     *
+     * @example
+     * if (ctx.rank === 0) await ctx.send(Float32Array.of(1, 2, 3), 1, { tag: 7 });
+     */
     send(data: TypedArray, dst: number, options?: C.CollectiveOptions): Promise<void> {
       return C.send(this, data, dst, options);
     }
+    /**
+     * The blocking form of send.
+     *
+     * @example
+     * ctx.sendSync(Float32Array.of(1, 2, 3), 1);
+     */
     sendSync(data: TypedArray, dst: number, options?: C.CollectiveOptions): void {
       C.sendSync(this, data, dst, options);
     }
-    /** Receives from `src` (a rank, ranks, or any when omitted); resolves to the source rank. */
+    /**
+     * Receives into `data` from `src` (a rank, several ranks, or any rank when omitted);
+     * resolves to the rank it came from. The message may be shorter than `data`.
+     *
+     * @example
+     * const buf = new Float32Array(3);
+     * const from = await ctx.recv(buf, 0, { tag: 7 });
+     */
     recv(data: TypedArray, src?: number | readonly number[], options?: C.CollectiveOptions): Promise<number> {
       return C.recv(this, data, src, options);
     }
+    /**
+     * The blocking form of recv; returns the source rank.
+     *
+     * @example
+     * const from = ctx.recvSync(buf);                  // from any rank
+     */
     recvSync(data: TypedArray, src?: number | readonly number[], options?: C.CollectiveOptions): number {
       return C.recvSync(this, data, src, options);
     }
+    /**
+     * Starts a send and returns its Request; `data` must not change until it completes.
+     *
+     * @example
+     * const req = ctx.isend(Float32Array.of(1, 2, 3), 1, { tag: 5 });
+     * await req.wait();
+     */
     isend(data: TypedArray, dst: number, options?: C.CollectiveOptions): C.Request {
       return C.isend(this, data, dst, options);
     }
+    /**
+     * Starts a receive and returns its Request: `wait()` resolves to the source rank, then
+     * `byteLength` says how long the message was.
+     *
+     * @example
+     * const req = ctx.irecv(new Float32Array(3));
+     * const from = await req.wait();
+     */
     irecv(data: TypedArray, src?: number | readonly number[], options?: C.CollectiveOptions): C.Request {
       return C.irecv(this, data, src, options);
     }
