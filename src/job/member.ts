@@ -29,8 +29,21 @@ export interface JobParts {
 
 /** A connected rank. */
 export class JobMember {
+  /**
+   * This rank, in [0, size).
+   *
+   * @example
+   * if (ctx.rank === 0) console.log(`job of ${ctx.size} ranks`);
+   */
   readonly rank: number;
+  /** Ranks in the job (the world size). */
   readonly size: number;
+  /**
+   * The job's store, under its prefix: small keys every rank sees (configuration, results).
+   *
+   * @example
+   * await ctx.store.set('epoch', new TextEncoder().encode('3'));
+   */
   readonly store: PrefixStore;
   /** The process's NIC device (one per process: the transport and copyrpc share it). */
   readonly device: Device;
