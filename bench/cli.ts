@@ -6,6 +6,23 @@
 import { Command } from 'commander';
 import { positiveInt } from '../src/cli/arguments.js';
 
+/**
+ * Loads a benchmark module. The benchmarks use development dependencies of weft (tinybench,
+ * vega, zeromq, grpc-js): from an installed package a missing one is named in one line, with
+ * what to do, instead of a stack trace.
+ */
+async function load<M>(command: string, importer: () => Promise<M>): Promise<M> {
+  try {
+    return await importer();
+  } catch (err) {
+    const m = /Cannot find package '([^']+)'/.exec((err as Error).message);
+    if ((err as { code?: string }).code === 'ERR_MODULE_NOT_FOUND' && m) {
+      throw new Error(`${command} needs the package '${m[1]}', a development dependency of weft: install it beside weft (npm install ${m[1]}), or run the benchmarks from a clone of the repository`);
+    }
+    throw err;
+  }
+}
+
 const bench = new Command('weft bench').description('benchmarks (each prints a table and writes JSON and SVG to bench/results/ in a checkout, ./weft-bench-results/ when installed, or WEFT_BENCH_OUT)').showHelpAfterError();
 bench
   .command('nic')
@@ -15,7 +32,7 @@ bench
   .option('--json', 'print one JSON object per line')
   .option('--quick', 'smaller runs (smoke test)')
   .action(async (o: { provider?: string; runs: number; json?: boolean; quick?: boolean }) => {
-    const nic = await import('./nic.js');
+    const nic = await load('weft bench nic', () => import('./nic.js'));
     await nic.benchNic({ providers: o.provider ? o.provider.split(',') : nic.defaultProviders(), runs: o.runs, json: !!o.json, quick: !!o.quick });
   });
 
@@ -28,7 +45,7 @@ bench
   .option('--runs <n>', 'runs per point; the median is reported', positiveInt, 3)
   .option('--json', 'print one JSON object per line')
   .action(async (o: { ranks: string; stores: string; redis?: string; runs: number; json?: boolean }) => {
-    const r = await import('./rendezvous.js');
+    const r = await load('weft bench rendezvous', () => import('./rendezvous.js'));
     await r.benchRendezvous({ ranks: o.ranks.split(',').map(Number), stores: o.stores.split(','), redis: o.redis, runs: o.runs, json: !!o.json });
   });
 
@@ -39,7 +56,7 @@ bench
   .option('--json', 'print one JSON object per line')
   .option('--quick', 'short runs (smoke test)')
   .action(async (o: { time: number; json?: boolean; quick?: boolean }) => {
-    const r = await import('./reduce.js');
+    const r = await load('weft bench reduce', () => import('./reduce.js'));
     await r.benchReduce({ timeMs: o.time, json: !!o.json, quick: !!o.quick });
   });
 
@@ -51,7 +68,7 @@ bench
   .allowUnknownOption()
   .allowExcessArguments()
   .action(async (_o: unknown, cmd: Command) => {
-    const c = await import('./collectives/index.js');
+    const c = await load('weft bench collectives', () => import('./collectives/index.js'));
     await c.main([process.argv[0], 'weft bench collectives', ...cmd.args]);
   });
 
@@ -64,11 +81,11 @@ bench
   .option('--quick', 'smaller runs (smoke test)')
   .option('--no-peers', 'skip node:net, zeromq and grpc-js')
   .action(async (o: { provider?: string; runs: number; json?: boolean; quick?: boolean; peers: boolean }) => {
-    const rpc = await import('./rpc/index.js');
+    const rpc = await load('weft bench rpc', () => import('./rpc/index.js'));
     await rpc.benchRpc({ providers: o.provider ? o.provider.split(',') : rpc.defaultRpcProviders(), runs: o.runs, json: !!o.json, quick: !!o.quick, peers: o.peers });
   });
 
 bench.parseAsync().catch((err: Error) => {
-  console.error(`weft bench: ${err.message}`);
+  console.error(err.message.startsWith('weft bench') ? err.message : `weft bench: ${err.message}`);
   process.exit(1);
 });
