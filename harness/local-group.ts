@@ -5,7 +5,7 @@
  * other rank. Used by the NIC benchmarks and the conformance tests (which need no store).
  */
 import { fork, type ChildProcess } from 'node:child_process';
-import { createDevice, type Device, type MemoryRegion, type QueuePair, type RemoteRegion, type DeviceOptions } from '../src/nic/index.js';
+import { createDevice, sweepProcessSegments, type Device, type MemoryRegion, type QueuePair, type RemoteRegion, type DeviceOptions } from '../src/nic/index.js';
 
 
 type Msg = { type: 'addr'; rank: number; addrs: Record<number, string>; descs: string[] } | { type: 'connected'; rank: number } | { type: 'result'; rank: number; result: unknown } | { type: 'event'; rank: number; event: string; data?: unknown } | { type: 'error'; rank: number; message: string };
@@ -71,6 +71,9 @@ export function runScenario(scenario: string, opts: RunOptions): Promise<Scenari
         stderr[rank] += d.toString();
       });
       children.push(child);
+      // A worker that exits without closing its device (the NIC benchmark's do) leaves its
+      // libfabric shm region behind: removed as each one exits.
+      child.once('exit', () => child.pid && sweepProcessSegments(child.pid));
       child.on('message', (m: Msg) => {
         if (m.type === 'addr') {
           addrs.push(m);
