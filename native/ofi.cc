@@ -555,7 +555,7 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
   }
 
   // mayBlock(): false while the CQ has entries or the provider has work to progress (a sleep
-  // on the fd would not end); the caller should poll again after letting the event loop turn.
+  // on the fd would not end). For doorbells that combine this one with others (shm + ofi).
   Napi::Value MayBlockJs(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     if (!IsOpen(env)) return env.Undefined();
@@ -599,14 +599,18 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
       timer_ = new uv_timer_t;
       uv_timer_init(loop, timer_);
       timer_->data = this;
+      idle_ = new uv_idle_t;
+      uv_idle_init(loop, idle_);
+      idle_->data = this;
     }
     if (!MayBlock()) {
-      // Work is ready now: settle soon, as a readable fd would. Not with a 0 ms timer: the
-      // continuation runs inside this timer's callback scope, and a waiter that finds work
-      // again would start another 0 ms timer, which libuv runs in the same timers phase: the
-      // event loop never reaches I/O, the threadpool or other timers (a rank in init starved
-      // its store client this way). JS checks mayBlock() first and turns the loop itself.
-      uv_timer_start(timer_, [](uv_timer_t* h) { static_cast<Endpoint*>(h->data)->StopWait(true); }, 1, 0);
+      // Work is ready now: settle on the next loop iteration, as setImmediate would (an idle
+      // handle also keeps that iteration's poll phase from blocking). Not from a 0 ms timer:
+      // the continuation runs inside its callback scope, a waiter that finds work again
+      // starts another one, and libuv runs it in the same timers phase: the event loop never
+      // reaches I/O, the threadpool or other timers (a rank in init starved its store client
+      // this way). An idle handle started from an idle callback runs only next iteration.
+      uv_idle_start(idle_, [](uv_idle_t* h) { static_cast<Endpoint*>(h->data)->StopWait(true); });
       return Napi::Value(env, promise);
     }
     uv_poll_start(poll_, UV_READABLE, [](uv_poll_t* h, int, int) { static_cast<Endpoint*>(h->data)->StopWait(true); });
@@ -618,6 +622,7 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
   void StopWait(bool ready) {
     if (poll_) uv_poll_stop(poll_);
     if (timer_) uv_timer_stop(timer_);
+    if (idle_) uv_idle_stop(idle_);
     if (deferred_) {
       // A uv callback is not a JS call: without a callback scope the promise's continuations
       // (microtasks) would wait for some unrelated callback to run them.
@@ -642,10 +647,13 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
     if (!poll_) return;
     uv_poll_stop(poll_);
     uv_timer_stop(timer_);
+    uv_idle_stop(idle_);
     uv_close(reinterpret_cast<uv_handle_t*>(poll_), [](uv_handle_t* h) { delete reinterpret_cast<uv_poll_t*>(h); });
     uv_close(reinterpret_cast<uv_handle_t*>(timer_), [](uv_handle_t* h) { delete reinterpret_cast<uv_timer_t*>(h); });
+    uv_close(reinterpret_cast<uv_handle_t*>(idle_), [](uv_handle_t* h) { delete reinterpret_cast<uv_idle_t*>(h); });
     poll_ = nullptr;
     timer_ = nullptr;
+    idle_ = nullptr;
   }
 
   void Settle(bool ready) {
@@ -679,6 +687,7 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
   std::vector<std::string> errors_;
   uv_poll_t* poll_ = nullptr;
   uv_timer_t* timer_ = nullptr;
+  uv_idle_t* idle_ = nullptr;
   napi_deferred deferred_ = nullptr;
 };
 

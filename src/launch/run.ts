@@ -255,7 +255,6 @@ export function passwordWarning(url: string): string | undefined {
   return 'weft run: warning: the --store URL carries a password, which every user of this host can read in `ps` while the job runs; give the URL in WEFT_STORE instead, and the password in WEFT_STORE_PASSWORD or WEFT_STORE_PASSWORD_FILE (a file of mode 0600)';
 }
 
-/** node for .js/.mjs/.cjs; node with the tsx loader for .ts/.mts. */
 function checkProvider(provider: string | undefined): void {
   if (provider === undefined || provider === 'auto') return;
   let kind: string;
@@ -277,6 +276,7 @@ function checkScript(script: string): void {
   if (!isFile) throw new WeftError('EINVAL', `weft run: ${script} is not a file; give the script each rank runs (.js, .mjs, .cjs or .ts)`);
 }
 
+/** node for .js/.mjs/.cjs; node with the tsx loader for .ts/.mts/.cts (.ts and .tsx as ESM). */
 function scriptCommand(script: string): string[] {
   const ext = path.extname(script);
   const tsx = ['--import', import.meta.resolve('tsx')];

@@ -6,13 +6,12 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
-const npm = process.platform === 'win32' ? 'npm.cmd' : 'npm';
 
 function sh(cmd: string, args: string[], cwd: string, timeoutMs = 240_000) {
   const t0 = performance.now();
@@ -26,12 +25,12 @@ let tarball = '';
 
 test.before(() => {
   // The build is there (npm test builds first): no prepare script in the middle of the run.
-  const pack = sh(npm, ['pack', '--ignore-scripts', '--pack-destination', work], root);
+  const pack = sh('npm', ['pack', '--ignore-scripts', '--pack-destination', work], root);
   assert.is(pack.code, 0, pack.err);
   tarball = path.join(work, readdirSync(work).find((f) => f.endsWith('.tgz'))!);
-  sh('mkdir', ['-p', project], work);
-  assert.is(sh(npm, ['init', '-y'], project).code, 0);
-  const install = sh(npm, ['install', tarball], project, 600_000);
+  mkdirSync(project);
+  assert.is(sh('npm', ['init', '-y'], project).code, 0);
+  const install = sh('npm', ['install', tarball], project, 600_000);
   assert.is(install.code, 0, install.err.slice(-3000));
   console.log(`  installed ${path.basename(tarball)} in ${(install.ms / 1000).toFixed(1)} s`);
 });

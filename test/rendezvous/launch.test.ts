@@ -23,16 +23,21 @@ interface Run {
   ms: number;
 }
 
-function weftRun(args: string[], opts: { killAfterMs?: number; signal?: NodeJS.Signals; env?: NodeJS.ProcessEnv } = {}): Promise<Run> {
+/**
+ * Runs `weft run args`. `group`: in its own process group, signalled as a whole (a terminal's
+ * Ctrl-C reaches the launcher and every rank).
+ */
+function weftRun(args: string[], opts: { killAfterMs?: number; signal?: NodeJS.Signals; env?: NodeJS.ProcessEnv; cwd?: string; group?: boolean } = {}): Promise<Run> {
   return new Promise((resolve) => {
     const t0 = performance.now();
-    const child = spawn(process.execPath, [WEFT, 'run', ...args], { env: { ...process.env, NO_COLOR: '1', ...opts.env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [WEFT, 'run', ...args], { env: { ...process.env, NO_COLOR: '1', ...opts.env }, stdio: ['ignore', 'pipe', 'pipe'], cwd: opts.cwd, detached: opts.group });
     let out = '';
     let err = '';
     child.stdout.on('data', (d) => (out += d));
     child.stderr.on('data', (d) => (err += d));
-    if (opts.killAfterMs) setTimeout(() => child.kill(opts.signal ?? 'SIGTERM'), opts.killAfterMs);
-    const guard = setTimeout(() => child.kill('SIGKILL'), 60_000);
+    const kill = (signal: NodeJS.Signals) => (opts.group ? process.kill(-child.pid!, signal) : child.kill(signal));
+    if (opts.killAfterMs) setTimeout(() => kill(opts.signal ?? 'SIGTERM'), opts.killAfterMs);
+    const guard = setTimeout(() => kill('SIGKILL'), 60_000);
     child.on('exit', (code) => {
       clearTimeout(guard);
       resolve({ code, out, err, ms: performance.now() - t0 });
@@ -122,21 +127,7 @@ test('SIGTERM to the launcher stops every rank; no orphans', async () => {
 
 test('Ctrl-C (SIGINT to the whole process group) exits 130 and leaves no ranks and no segments of the job', async () => {
   const before = new Set(readdirSync('/dev/shm'));
-  const r = await new Promise<Run>((resolve) => {
-    const t0 = performance.now();
-    // Its own process group, as a terminal's foreground job: Ctrl-C reaches the launcher and every rank.
-    const child = spawn(process.execPath, [WEFT, 'run', '-n', '3', RANK, '-1', 'hang'], { env: { ...process.env, NO_COLOR: '1' }, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
-    let out = '';
-    let err = '';
-    child.stdout.on('data', (d) => (out += d));
-    child.stderr.on('data', (d) => (err += d));
-    setTimeout(() => process.kill(-child.pid!, 'SIGINT'), 2500);
-    const guard = setTimeout(() => process.kill(-child.pid!, 'SIGKILL'), 60_000);
-    child.on('exit', (code) => {
-      clearTimeout(guard);
-      resolve({ code, out, err, ms: performance.now() - t0 });
-    });
-  });
+  const r = await weftRun(['-n', '3', RANK, '-1', 'hang'], { group: true, killAfterMs: 2500, signal: 'SIGINT' });
   assert.is(r.code, 130, r.err);
   assert.match(r.err, /interrupted by SIGINT/);
   await new Promise((res) => setTimeout(res, 200));
@@ -173,16 +164,7 @@ test('weft run app.ts in a CommonJS project (npm init -y): the .ts ranks run as 
       'console.log(`rank ${ctx.rank}: ${half(x[0])}`);',
       'await ctx.close();',
     ].join('\n'));
-    const r = await new Promise<Run>((resolve) => {
-      const t0 = performance.now();
-      const child = spawn(process.execPath, [WEFT, 'run', '-n', '2', 'app.ts'], { cwd: dir, env: { ...process.env, NO_COLOR: '1' }, stdio: ['ignore', 'pipe', 'pipe'] });
-      let out = '';
-      let err = '';
-      child.stdout.on('data', (d) => (out += d));
-      child.stderr.on('data', (d) => (err += d));
-      const guard = setTimeout(() => child.kill('SIGKILL'), 60_000);
-      child.on('exit', (code) => (clearTimeout(guard), resolve({ code, out, err, ms: performance.now() - t0 })));
-    });
+    const r = await weftRun(['-n', '2', 'app.ts'], { cwd: dir });
     assert.is(r.code, 0, r.err);
     assert.match(r.out, /\[rank 0\] rank 0: 1.5/);
     assert.match(r.out, /\[rank 1\] rank 1: 1.5/);

@@ -20,7 +20,6 @@ import { WeftError } from '../../errors.js';
 import { native, type OfiEndpoint } from '../../native/binding.js';
 import { localIdentity, type ProcessIdentity } from '../../host/identity.js';
 import { hostCores, localPlacement } from '../../host/placement.js';
-import { turn } from '../../host/wait.js';
 import { LocalCompletions } from '../local-completions.js';
 import { Status, type Device, type DeviceOptions, type MemoryRegion, type QueuePair, type QueuePairOptions } from '../types.js';
 import { CommandBuffer } from './commands.js';
@@ -261,13 +260,12 @@ export class OfiDevice implements Device, QpHost {
     this.progress(performance.now());
   }
 
-  /** Sleeps until the CQ may have something or `ms` pass (one native wait shared by callers). */
+  /**
+   * Sleeps until the CQ may have something or `ms` pass (one native wait shared by callers);
+   * with work already pending, until the next event-loop iteration.
+   */
   sleepAsync(ms: number): Promise<boolean> {
     if (!this.ep.attrs.waitFd) return new Promise((r) => setTimeout(() => r(true), Math.min(ms, 1)));
-    // Work is pending (entries nobody took yet, or provider progress): poll again after one
-    // event-loop turn. Never sooner: a waiter that loops without the loop turning starves
-    // the store client, timers and every other waiter of this process.
-    if (!this.sleeping && !this.ep.mayBlock()) return turn().then(() => true);
     if (!this.sleeping) {
       this.sleeping = this.ep.waitAsync(ms).finally(() => {
         this.sleeping = undefined;
