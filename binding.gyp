@@ -1,6 +1,6 @@
 {
   "variables": {
-    "have_ofi%": "<!(pkg-config --exists libfabric && echo 1 || echo 0)"
+    "have_ofi%": "<!(node scripts/gyp-fabric.mjs have)"
   },
   "target_defaults": {
     "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],
@@ -27,9 +27,9 @@
       "targets": [
         {
           "target_name": "weft_ofi",
-          "sources": ["native/ofi_addon.cc", "native/fail.cc", "native/ofi.cc"],
-          "cflags_cc": ["<!@(pkg-config --cflags libfabric)"],
-          "libraries": ["<!@(pkg-config --libs libfabric)"]
+          "sources": ["native/ofi_addon.cc", "native/fail.cc", "native/ofi.cc", "native/fabric_library.cc"],
+          "cflags_cc": ["<!@(node scripts/gyp-fabric.mjs cflags)"],
+          "libraries": ["-ldl"]
         }
       ]
     }]

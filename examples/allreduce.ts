@@ -1,5 +1,5 @@
 // Run with: npx weft run -n 4 examples/allreduce.ts
-import { init } from 'weft';
+import { init } from 'weftjs';
 
 const ctx = await init();
 const { rank, size } = ctx;

@@ -1,7 +1,7 @@
 // Run with: npx weft run -n 4 examples/hello.ts
 // The NIC layer directly: connect() joins the job like init() but leaves the QPs and the CQ to
 // this program (init()'s ProcessGroup runs collectives over them and polls the CQ itself).
-import { connect, CompletionBatch, Opcode } from 'weft';
+import { connect, CompletionBatch, Opcode } from 'weftjs';
 
 const ctx = await connect();
 const { rank, size, device, pairs } = ctx;

@@ -1,7 +1,7 @@
 // Run with: npx weft run -n 3 examples/sendrecv.ts
 // A token goes around the ring with tagged send/recv; then every rank reports to rank 0,
 // which receives from whichever rank is ready first.
-import { init } from 'weft';
+import { init } from 'weftjs';
 
 const ctx = await init();
 const { rank, size } = ctx;

@@ -5,8 +5,10 @@
 //   commands (16 words per command, see kCmd*): submit(n) posts n of them in one call;
 //   completions (8 words per entry, see kOut*): poll(max) fills up to max entries in one call.
 // Both use raw napi_* calls: node-addon-api's wrappers cost more than the post itself.
-// Compiled into weft_ofi.node only (binding.gyp builds it where libfabric is found).
+// Compiled into weft_ofi.node only (binding.gyp builds it where libfabric's headers are found);
+// libfabric itself is opened at load (fabric_library.h).
 #include "addon.h"
+#include "fabric_library.h"
 
 #include <poll.h>
 #include <sys/random.h>
@@ -65,7 +67,7 @@ struct Mr {
 };
 
 std::string Err(const char* what, int rc) {
-  return std::string(what) + ": " + fi_strerror(rc < 0 ? -rc : rc) + " (" + std::to_string(rc) + ")";
+  return std::string(what) + ": " + fab::strerror(rc < 0 ? -rc : rc) + " (" + std::to_string(rc) + ")";
 }
 
 // Resolves an ArrayBuffer or ArrayBufferView to its bytes.
@@ -210,7 +212,7 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
 
  private:
   std::string Open(const std::string& prov, const std::string& node, bool source, size_t cqSize) {
-    fi_info* hints = fi_allocinfo();
+    fi_info* hints = fab::allocinfo();
     if (!hints) return "fi_allocinfo failed";
     hints->ep_attr->type = FI_EP_RDM;
     hints->caps = FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE | (source ? FI_SOURCE : 0);
@@ -232,14 +234,14 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
     int rc = -FI_ENODATA;
     for (size_t k = 0; k <= sizeof(drop) / sizeof(drop[0]); k++) {
       hints->tx_attr->msg_order = order;
-      rc = fi_getinfo(FI_VERSION(1, 17), n, nullptr, n ? FI_SOURCE : 0, hints, &info_);
+      rc = fab::getinfo(FI_VERSION(1, 17), n, nullptr, n ? FI_SOURCE : 0, hints, &info_);
       if (rc != -FI_ENODATA || k == sizeof(drop) / sizeof(drop[0])) break;
       order &= ~drop[k];
     }
-    fi_freeinfo(hints);
+    fab::freeinfo(hints);
     if (rc) return Err("fi_getinfo found no RDM endpoint with RMA", rc);
     source_ = source;
-    if ((rc = fi_fabric(info_->fabric_attr, &fabric_, nullptr))) return Err("fi_fabric", rc);
+    if ((rc = fab::fabric(info_->fabric_attr, &fabric_, nullptr))) return Err("fi_fabric", rc);
     if ((rc = fi_domain(fabric_, info_, &domain_, nullptr))) return Err("fi_domain", rc);
     fi_cq_attr cqa = {};
     cqa.size = cqSize;
@@ -281,7 +283,7 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
     if (cq_) fi_close(&cq_->fid);
     if (domain_) fi_close(&domain_->fid);
     if (fabric_) fi_close(&fabric_->fid);
-    if (info_) fi_freeinfo(info_);
+    if (info_) fab::freeinfo(info_);
     ep_ = nullptr;
     av_ = nullptr;
     cq_ = nullptr;
@@ -517,7 +519,7 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
     char provText[256];
     ssize_t rc = fi_cq_readerr(cq_, &err, 0);
     uint64_t ctx = rc >= 0 ? reinterpret_cast<uintptr_t>(err.op_context) : 0;
-    std::string text = rc >= 0 ? std::string(fi_strerror(err.err)) : Err("fi_cq_readerr", static_cast<int>(rc));
+    std::string text = rc >= 0 ? std::string(fab::strerror(err.err)) : Err("fi_cq_readerr", static_cast<int>(rc));
     if (rc >= 0 && err.prov_errno) {
       const char* p = fi_cq_strerror(cq_, err.prov_errno, err.err_data, provText, sizeof(provText));
       text += std::string(" (provider: ") + (p ? p : "?") + ", prov_errno " + std::to_string(err.prov_errno) + ")";
@@ -541,7 +543,7 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
 
   Napi::Value StrError(const Napi::CallbackInfo& info) {
     int code = info[0].As<Napi::Number>().Int32Value();
-    return Napi::String::New(info.Env(), fi_strerror(code < 0 ? -code : code));
+    return Napi::String::New(info.Env(), fab::strerror(code < 0 ? -code : code));
   }
 
   // The CQ's wait fd is an epoll set holding a signal socket that libfabric sets on every
@@ -697,13 +699,13 @@ napi_value Endpoint::Poll(napi_env env, napi_callback_info cb) { return PollImpl
 // providers(): names of the providers offering RDM endpoints with RMA here.
 Napi::Value Providers(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  fi_info* hints = fi_allocinfo();
+  fi_info* hints = fab::allocinfo();
   hints->ep_attr->type = FI_EP_RDM;
   hints->caps = FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
   hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT;
   fi_info* list = nullptr;
-  int rc = fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints, &list);
-  fi_freeinfo(hints);
+  int rc = fab::getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints, &list);
+  fab::freeinfo(hints);
   Napi::Array out = Napi::Array::New(env);
   if (rc) return out;
   std::set<std::string> seen;
@@ -712,7 +714,7 @@ Napi::Value Providers(const Napi::CallbackInfo& info) {
     std::string name = i->fabric_attr->prov_name;
     if (seen.insert(name).second) out.Set(k++, name);
   }
-  fi_freeinfo(list);
+  fab::freeinfo(list);
   return out;
 }
 
@@ -720,8 +722,15 @@ Napi::Value Providers(const Napi::CallbackInfo& info) {
 
 void InitOfi(Napi::Env env, Napi::Object exports) {
   Napi::Object ofi = Napi::Object::New(env);
+  const std::string& missing = fab::Open();
+  if (!missing.empty()) {
+    ofi.Set("available", Napi::Boolean::New(env, false));
+    ofi.Set("reason", missing);
+    exports.Set("ofi", ofi);
+    return;
+  }
   ofi.Set("available", Napi::Boolean::New(env, true));
-  uint32_t v = fi_version();
+  uint32_t v = fab::version();
   ofi.Set("version", std::to_string(FI_MAJOR(v)) + "." + std::to_string(FI_MINOR(v)) + ".0");
   ofi.Set("providers", Napi::Function::New(env, Providers, "providers"));
   Napi::Function ctor = Endpoint::Define(env);

@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // The set-up `npm test` (and .ci/run) does before the tests: the system packages the tests
 // use (libfabric, redis-server, Open MPI, Gloo, the tools to build the addon, iproute2 for the
-// emulated hosts). Missing ones are installed with apt-get when this runs as root or with
+// emulated hosts, the arm64 cross compiler for the prebuilt binaries). Missing ones are installed with apt-get when this runs as root or with
 // passwordless sudo, and the addon is rebuilt when libfabric arrived (node-gyp finds it with
 // pkg-config at build time). Where it cannot install, it stops at once with one line naming the
 // command to run and one line listing what the tests would skip; WEFT_TEST_ALLOW_MISSING=1 runs
@@ -29,6 +29,8 @@ const PACKAGES = [
   { pkg: 'libopenmpi-dev', ok: () => has('mpicc'), skips: 'Open MPI comparisons' },
   { pkg: 'libgloo-dev', ok: () => existsSync('/usr/include/gloo/config.h'), skips: 'Gloo comparisons' },
   { pkg: 'iproute2', ok: () => has('ip'), skips: 'jobs across emulated hosts (network namespaces)' },
+  // The package test builds the arm64 prebuilt binary too (cross-compiled on x64).
+  ...(process.arch === 'x64' ? [{ pkg: 'g++-aarch64-linux-gnu', ok: () => has('aarch64-linux-gnu-g++'), skips: 'the arm64 prebuilt binary in the package test' }] : []),
 ];
 
 const missing = () => PACKAGES.filter((p) => !p.ok());

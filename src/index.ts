@@ -2,7 +2,7 @@
  * weft: collective communication and RDMA-style RPC for Node.js.
  *
  * @example
- * import { init } from 'weft';
+ * import { init } from 'weftjs';
  * const ctx = await init();              // rank, size and store from `weft run` or the env
  * const x = new Float32Array(4).fill(ctx.rank);
  * await ctx.allreduce(x);                 // on every rank: 0 + 1 + ... + (size-1)

@@ -1,13 +1,15 @@
 /** `weft info`: version, providers, host identity and shared-memory limits. */
 import { readFileSync, statfsSync } from 'node:fs';
 import path from 'node:path';
-import { native, packageRoot } from '../native/binding.js';
+import { native, nativeOrigin, packageRoot } from '../native/binding.js';
 import { localIdentity } from '../host/identity.js';
 import { listSegments } from '../host/segments.js';
 
 export interface InfoReport {
   weft: string;
   node: string;
+  /** The native core that runs: compiled on this machine, or the package's prebuilt binary. */
+  binary: { kind: 'built' | 'prebuilt'; dir: string };
   host: { hostId: string; pid: number };
   providers: { name: string; available: boolean; detail: string }[];
   shm: { path: string; totalBytes: number; freeBytes: number; maxMapCount: number | null; weftSegments: number };
@@ -49,6 +51,7 @@ export function collectInfo(): InfoReport {
   return {
     weft: pkg.version,
     node: process.version,
+    binary: nativeOrigin(),
     host: { hostId: id.hostId, pid: id.pid },
     providers,
     shm: { path: '/dev/shm', totalBytes: total, freeBytes: free, maxMapCount: readNumber('/proc/sys/vm/max_map_count'), weftSegments: listSegments().length },
@@ -63,6 +66,7 @@ export function printInfo(json: boolean): void {
   }
   const gib = (b: number) => `${(b / 2 ** 30).toFixed(1)} GiB`;
   console.log(`weft ${r.weft} (node ${r.node})`);
+  console.log(`binary    ${r.binary.kind === 'prebuilt' ? 'prebuilt' : 'built here'} (${r.binary.dir})`);
   console.log(`host id   ${r.host.hostId}`);
   console.log('providers');
   for (const p of r.providers) console.log(`  ${p.available ? 'yes' : 'no '}  ${p.name.padEnd(4)} ${p.detail}`);

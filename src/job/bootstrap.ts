@@ -46,7 +46,7 @@ export interface InitOptions extends WaitOptions {
  * Joins the job without the collectives: the NIC's QPs and CQ are the caller's alone.
  *
  * @example
- * import { connect } from 'weft';
+ * import { connect } from 'weftjs';
  * const member = await connect();              // under `weft run -n 4 app.js`
  * console.log(`rank ${member.rank} of ${member.size}`);
  * await member.close();

@@ -146,7 +146,7 @@ export class ProcessGroup extends withCollectives(JobMember) {
    * first call only.
    *
    * @example
-   * import { connectRpcMesh } from 'weft/rpc';
+   * import { connectRpcMesh } from 'weftjs/rpc';
    * const rpc = ctx.rpc();
    * const eps = await connectRpcMesh(ctx.store, rpc, ctx.rank, ctx.size);
    * if (ctx.rank === 0) console.log(await eps[1]!.request(new Uint8Array([1, 2, 3])));
@@ -167,7 +167,7 @@ export class ProcessGroup extends withCollectives(JobMember) {
  * mpirun), then a full mesh of connections.
  *
  * @example
- * import { init } from 'weft';
+ * import { init } from 'weftjs';
  * const ctx = await init();                       // under `weft run -n 4 app.js`
  * const x = new Float32Array(1024).fill(ctx.rank);
  * await ctx.allreduce(x);                          // x[i] === 0 + 1 + 2 + 3

@@ -1,9 +1,9 @@
 /**
- * Loads the native core (build/Release/weft.node) and types its surface. Everything native
+ * Loads the native core (weft.node: built here, or the package's prebuilt binary) and types its surface. Everything native
  * goes through this module, so the rest of the code never touches `require`.
  *
- * The fabric is a second addon (weft_ofi.node, linked with libfabric), loaded on the first
- * read of `native.ofi`: a process on shared memory never maps libfabric. Where it is loaded,
+ * The fabric is a second addon (weft_ofi.node, which opens libfabric.so.1 when it loads),
+ * loaded on the first read of `native.ofi`: a process on shared memory never maps libfabric. Where it is loaded,
  * libinfinipath (which Debian's libfabric pulls in) must not take over the process's signals
  * or write backtrace files into the working directory: see loadOfi.
  */
@@ -70,7 +70,7 @@ export interface OfiEndpoint {
   close(): void;
 }
 
-/** The libfabric part of the addon; `available` is false when built without libfabric. */
+/** The libfabric part of the addon; `available` is false without libfabric (or built without its headers), and `reason` says which. */
 export interface OfiBinding {
   available: boolean;
   /** Why ofi is missing, when it is. */
@@ -144,37 +144,82 @@ export interface NativeBinding {
 export const packageRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 
 const require = createRequire(import.meta.url);
-const BUILDS = ['Release', 'Debug'].map((b) => path.join(packageRoot, 'build', b));
+
+/** Where the loaded core came from: compiled on this machine, or a prebuilt binary of the package. */
+export interface NativeOrigin {
+  kind: 'built' | 'prebuilt';
+  /** The folder holding weft.node (and weft_ofi.node beside it, when there is one). */
+  dir: string;
+}
+
+/** The C library this Node runs on: prebuilt binaries are for glibc only. */
+function libc(): 'glibc' | 'musl' {
+  const header = (process.report?.getReport() as { header?: { glibcVersionRuntime?: string } } | undefined)?.header;
+  return header?.glibcVersionRuntime ? 'glibc' : 'musl';
+}
+
+/** The folder of this platform's prebuilt binaries (scripts/prebuild.mjs makes them). */
+export const prebuiltDir = path.join(packageRoot, 'prebuilds', `${process.platform}-${process.arch}`);
+
+/**
+ * Where weft.node may be, in order: a build on this machine first (node-gyp at install, or
+ * `npm rebuild --build-from-source`), as node-gyp-build does, then the prebuilt binary.
+ */
+function candidates(): NativeOrigin[] {
+  const built = ['Release', 'Debug'].map((b): NativeOrigin => ({ kind: 'built', dir: path.join(packageRoot, 'build', b) }));
+  return libc() === 'glibc' ? [...built, { kind: 'prebuilt', dir: prebuiltDir }] : built;
+}
+
+let origin: NativeOrigin | undefined;
+
+/** Where the loaded native core came from. */
+export function nativeOrigin(): NativeOrigin {
+  return origin!;
+}
 
 function load(): NativeBinding {
-  const candidates = BUILDS.map((b) => path.join(b, 'weft.node'));
+  const tried: string[] = [];
   let lastError: unknown;
-  for (const file of candidates) {
+  for (const c of candidates()) {
+    const file = path.join(c.dir, 'weft.node');
+    if (!existsSync(file)) continue;
     try {
-      return require(file) as NativeBinding;
+      const core = require(file) as NativeBinding;
+      origin = c;
+      return core;
     } catch (err) {
+      tried.push(`${file}: ${(err as Error).message.split('\n')[0]}`);
       lastError = err;
     }
   }
-  throw new Error(`weft: the native core is not built (looked in ${candidates.join(', ')}); run \`npm install\` or \`npx node-gyp rebuild\` in ${packageRoot}`, { cause: lastError });
+  const platform = `${process.platform}-${process.arch}${libc() === 'musl' ? ' (musl)' : ''}`;
+  const why = tried.length > 0 ? `none of its binaries loads (${tried.join('; ')})` : `there is no prebuilt binary for ${platform} and none was built at install`;
+  throw new Error(
+    `weft: the native core is missing: ${why}. Build it: \`npm rebuild weftjs --build-from-source\` (needs python3, make and g++); ` +
+      'pnpm runs no build scripts unless allowed (`pnpm approve-builds`)',
+    { cause: lastError },
+  );
 }
 
 /**
- * Loads weft_ofi.node. libinfinipath's constructor installs signal handlers that call exit()
- * (a SIGTERMed rank then exits 1, skipping its launcher's cleanup, and can deadlock in exit)
- * and, on a crash, writes `<exe>.<host>s-<pid>,vm.btr` files into the working directory; the
- * handlers are put back as they were and IPATH_NO_BACKTRACE turns the files off.
+ * Loads weft_ofi.node, from the folder the core came from. It opens libfabric.so.1 itself
+ * when it loads (native/fabric_library.h): without libfabric it loads and says why ofi is
+ * missing. libinfinipath's constructor (Debian's libfabric pulls it in) installs signal
+ * handlers that call exit() (a SIGTERMed rank then exits 1, skipping its launcher's cleanup,
+ * and can deadlock in exit) and, on a crash, writes `<exe>.<host>s-<pid>,vm.btr` files into
+ * the working directory; the handlers are put back as they were and IPATH_NO_BACKTRACE turns
+ * the files off.
  */
 function loadOfi(core: NativeBinding): OfiBinding {
-  const file = BUILDS.map((b) => path.join(b, 'weft_ofi.node')).find((f) => existsSync(f));
-  if (!file) {
-    return { available: false, reason: 'weft was built without libfabric (pkg-config libfabric found nothing at install); install libfabric-dev and rebuild (npm rebuild weft)' };
+  const file = path.join(origin!.dir, 'weft_ofi.node');
+  if (!existsSync(file)) {
+    return { available: false, reason: "weft was built without libfabric's headers (none found at install); install libfabric-dev and rebuild (npm rebuild weftjs --build-from-source)" };
   }
   process.env.IPATH_NO_BACKTRACE ??= '1';
   try {
     return core.keepSignalHandlers(() => (require(file) as { ofi: OfiBinding }).ofi);
   } catch (err) {
-    return { available: false, reason: `the fabric addon ${file} does not load: ${(err as Error).message}; is libfabric installed (apt-get install libfabric1)?` };
+    return { available: false, reason: `the fabric addon ${file} does not load: ${(err as Error).message}` };
   }
 }
 

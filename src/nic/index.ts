@@ -2,7 +2,7 @@
  * The NIC layer: RDMA verbs semantics over shared memory (`shm`) or libfabric (`ofi`).
  *
  * @example
- * import { createDevice, CompletionBatch } from 'weft/nic';
+ * import { createDevice, CompletionBatch } from 'weftjs/nic';
  * const dev = await createDevice({ provider: 'shm', label: 'rank 0' });
  * const mr = dev.allocate(1 << 20);
  * const qp = dev.createQueuePair({ peerLabel: 'rank 1' });
@@ -50,7 +50,7 @@ export async function createDevice(options: DeviceOptions & ShmDeviceOptions = {
   const p = parseProvider(options.provider);
   if (p.kind === 'shm') return new ShmDevice(options);
   if (!native.ofi.available) {
-    throw new WeftError('ENOTSUP', `provider ${options.provider ?? 'ofi'} is not available: ${native.ofi.reason ?? 'built without libfabric'}; install libfabric-dev and rebuild (npm rebuild weft), or use provider 'shm'`);
+    throw new WeftError('ENOTSUP', `provider ${options.provider ?? 'ofi'} is not available: ${native.ofi.reason ?? 'built without libfabric'}; or use provider 'shm'`);
   }
   // Loaded on demand: shm-only programs never touch libfabric.
   const ofiModule = './ofi/device.js';

@@ -2,7 +2,7 @@
  * Reductions: the arithmetic layer between the native core and the collectives.
  *
  * @example
- * import { reduceInto, dtypeOf } from 'weft';
+ * import { reduceInto, dtypeOf } from 'weftjs';
  * const a = new Float64Array([1, 2]), b = new Float64Array([3, 4]);
  * reduceInto('max', dtypeOf(a), a.length, a, a, b); // a = [3, 4]
  */

@@ -5,7 +5,7 @@
  * In a job, `ctx.rpc()` gives the engine on the job's device; alone, `createRpcEngine`.
  *
  * @example
- * import { createRpcEngine } from 'weft/rpc';
+ * import { createRpcEngine } from 'weftjs/rpc';
  * const rpc = await createRpcEngine({ provider: 'shm', label: 'rank 0' });
  * const ep = rpc.createEndpoint({ peerLabel: 'rank 1' });
  * // exchange ep.localInfo() with the peer, then:

@@ -6,13 +6,13 @@
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdtempSync, readdirSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
-import { native } from '../../src/native/binding.js';
+import { native, nativeOrigin } from '../../src/native/binding.js';
 import { listFabricSegments, listSegments } from '../../src/nic/index.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -112,6 +112,49 @@ ofi('weft run over ofi: a rank SIGTERMed inside allreduceSync dies by the signal
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
+});
+
+// The fabric addon opens libfabric.so.1 itself (native/fabric_library.h): one binary serves
+// machines with and without libfabric, and a cross build needs only the headers.
+const ofiAddon = path.join(nativeOrigin().dir, 'weft_ofi.node');
+const built = existsSync(ofiAddon) ? test : test.skip;
+
+built('the fabric addon does not link libfabric: no DT_NEEDED entry, no undefined fi_* symbol', () => {
+  const dynamic = spawnSync('readelf', ['-W', '--dynamic', ofiAddon], { encoding: 'utf8' });
+  assert.is(dynamic.status, 0, dynamic.stderr);
+  assert.not.match(dynamic.stdout, /NEEDED.*libfabric/);
+  const syms = spawnSync('readelf', ['-W', '--dyn-syms', ofiAddon], { encoding: 'utf8' });
+  const undefinedFi = syms.stdout.split('\n').filter((l) => /\bUND\b/.test(l) && /\sfi_\w+/.test(l));
+  assert.equal(undefinedFi, [], undefinedFi.join('\n'));
+});
+
+/** The file the dynamic linker finds for libfabric.so.1 (ldconfig's cache), or undefined. */
+function libfabricFile(): string | undefined {
+  const cache = spawnSync('ldconfig', ['-p'], { encoding: 'utf8' }).stdout ?? '';
+  const m = /libfabric\.so\.1 \([^)]*x86-64[^)]*\) => (\S+)/.exec(cache) ?? /libfabric\.so\.1 \([^)]*\) => (\S+)/.exec(cache);
+  return m ? realpathSync(m[1]) : undefined;
+}
+
+const hideable = native.ofi.available && process.getuid?.() === 0 && spawnSync('sh', ['-c', 'command -v unshare'], { stdio: 'ignore' }).status === 0 && libfabricFile() !== undefined;
+if (!hideable && existsSync(ofiAddon)) console.log('  skipped "without libfabric": needs root, unshare and an installed libfabric to hide in a mount namespace');
+
+(hideable ? test : test.skip)('without libfabric (hidden in a mount namespace) the fabric addon loads and says what to install; shm works', () => {
+  const lib = libfabricFile()!;
+  const probe = [
+    `const { native } = await import(${JSON.stringify(path.resolve(here, '..', '..', 'src', 'native', 'binding.js'))});`,
+    'const ofi = native.ofi;',
+    "const { createDevice } = await import(" + JSON.stringify(path.resolve(here, '..', '..', 'src', 'nic', 'index.js')) + ");",
+    "const dev = await createDevice({ provider: 'shm' }); await dev.close();",
+    "let err = ''; try { await createDevice({ provider: 'ofi' }); } catch (e) { err = e.message; }",
+    'console.log(JSON.stringify({ available: ofi.available, reason: ofi.reason, err }));',
+  ].join('\n');
+  // The library's file is covered by an empty one for this child only (a private mount).
+  const r = spawnSync('unshare', ['-m', 'sh', '-c', `mount --bind /dev/null "$1" && exec "$2" --input-type=module -e "$3"`, 'sh', lib, process.execPath, probe], { encoding: 'utf8', timeout: 30_000 });
+  assert.is(r.status, 0, r.stderr);
+  const out = JSON.parse(r.stdout.trim().split('\n').pop()!) as { available: boolean; reason: string; err: string };
+  assert.is(out.available, false);
+  assert.match(out.reason, /libfabric is not installed .*apt-get install libfabric1/);
+  assert.match(out.err, /provider ofi is not available: libfabric is not installed/);
 });
 
 test.run();

@@ -1,12 +1,15 @@
-// weft as a user gets it: `npm pack`, then `npm install` of the tarball into an empty
-// CommonJS project (npm init -y) in a temporary directory, and the commands a user runs from
-// there: --version, info, demo, run with a .mjs and a .ts rank, and the benchmarks' quick runs
-// (results in the project directory, never in node_modules; a missing development dependency
-// named in one line). Needs npm and the registry (the package's dependencies are installed).
+// weftjs as a user gets it: the prebuilt binaries built by scripts/prebuild.mjs (this
+// machine's architecture, and arm64 where the cross compiler is installed), `npm pack`, then
+// `npm install` of the tarball into an empty CommonJS project (npm init -y) in a temporary
+// directory, and the commands a user runs from there: --version, info, demo, run with a .mjs
+// and a .ts rank, and the benchmarks' quick runs (results in the project directory, never in
+// node_modules; a missing development dependency named in one line). The install must use the
+// prebuilt binary (nothing compiled), and a second install without install scripts (as pnpm
+// 10 does by default) must run too. Needs npm and the registry (for the dependencies).
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -22,27 +25,49 @@ function sh(cmd: string, args: string[], cwd: string, timeoutMs = 240_000) {
 const work = mkdtempSync(path.join(tmpdir(), 'weft-install-'));
 const project = path.join(work, 'app');
 let tarball = '';
+const hasCross = process.arch === 'x64' && sh('sh', ['-c', 'command -v aarch64-linux-gnu-g++'], root).code === 0;
+const arches = [process.arch, ...(hasCross ? ['arm64'] : [])];
+if (!hasCross) console.log('  the arm64 prebuilt binary is not built here: aarch64-linux-gnu-g++ is missing (apt-get install g++-aarch64-linux-gnu)');
 
 test.before(() => {
+  const pre = sh(process.execPath, [path.join(root, 'scripts', 'prebuild.mjs'), '--arch', arches.join(',')], root, 900_000);
+  assert.is(pre.code, 0, pre.out + pre.err);
+  console.log(`  prebuilt ${arches.join(', ')} in ${(pre.ms / 1000).toFixed(1)} s`);
   // The build is there (npm test builds first): no prepare script in the middle of the run.
   const pack = sh('npm', ['pack', '--ignore-scripts', '--pack-destination', work], root);
   assert.is(pack.code, 0, pack.err);
   tarball = path.join(work, readdirSync(work).find((f) => f.endsWith('.tgz'))!);
   mkdirSync(project);
   assert.is(sh('npm', ['init', '-y'], project).code, 0);
-  const install = sh('npm', ['install', tarball], project, 600_000);
+  const install = sh('npm', ['install', '--foreground-scripts', tarball], project, 600_000);
   assert.is(install.code, 0, install.err.slice(-3000));
-  console.log(`  installed ${path.basename(tarball)} in ${(install.ms / 1000).toFixed(1)} s`);
+  assert.match(install.out, /weftjs: using the prebuilt binary for linux-/);
+  console.log(`  ${path.basename(tarball)}: ${(statSync(tarball).size / 2 ** 20).toFixed(2)} MiB; installed in ${(install.ms / 1000).toFixed(1)} s`);
 });
 test.after(() => rmSync(work, { recursive: true, force: true }));
 
-const weft = (args: string[], timeoutMs?: number) => sh(process.execPath, [path.join(project, 'node_modules', 'weft', 'bin', 'weft.js'), ...args], project, timeoutMs);
+const weft = (args: string[], timeoutMs?: number) => sh(process.execPath, [path.join(project, 'node_modules', 'weftjs', 'bin', 'weft.js'), ...args], project, timeoutMs);
 
 test('the tarball holds what a user needs and nothing pointing at unshipped files', () => {
-  const pkg = path.join(project, 'node_modules', 'weft');
-  for (const f of ['LICENSE', 'README.md', 'examples', 'dist/src/index.js', 'dist/src/index.d.ts', 'bin/weft.js']) assert.ok(existsSync(path.join(pkg, f)), `${f} missing`);
+  const pkg = path.join(project, 'node_modules', 'weftjs');
+  for (const f of ['LICENSE', 'README.md', 'examples', 'docs/getting-started.md', 'docs/api/README.md', 'dist/src/index.js', 'dist/src/index.d.ts', 'bin/weft.js']) assert.ok(existsSync(path.join(pkg, f)), `${f} missing`);
+  for (const arch of arches) {
+    for (const f of ['weft.node', 'weft_ofi.node']) assert.ok(existsSync(path.join(pkg, 'prebuilds', `linux-${arch}`, f)), `prebuilds/linux-${arch}/${f} missing`);
+    const manifest = JSON.parse(readFileSync(path.join(pkg, 'prebuilds', `linux-${arch}`, 'manifest.json'), 'utf8')) as { arch: string; glibc: string };
+    assert.is(manifest.arch, arch);
+    assert.match(manifest.glibc, /^2\.\d+$/);
+  }
+  assert.not.ok(existsSync(path.join(pkg, 'build')), 'the install compiled the addon instead of using the prebuilt binary');
   const maps = sh('sh', ['-c', `find ${pkg} -name '*.map' | head -3`], project).out.trim();
   assert.is(maps, '', `source maps shipped: ${maps}`);
+});
+
+test('publint --strict and arethetypeswrong (ESM-only profile) find nothing in the tarball', () => {
+  const lint = sh(process.execPath, [path.join(root, 'node_modules', 'publint', 'src', 'cli.js'), '--strict', root], root);
+  assert.is(lint.code, 0, lint.out + lint.err);
+  assert.match(lint.out, /All good/);
+  const attw = sh(process.execPath, [path.join(root, 'node_modules', '@arethetypeswrong', 'cli', 'dist', 'index.js'), tarball, '--profile', 'esm-only', '--format', 'ascii'], root);
+  assert.is(attw.code, 0, attw.out + attw.err);
 });
 
 test('--version, info, demo', () => {
@@ -52,6 +77,7 @@ test('--version, info, demo', () => {
   const info = weft(['info']);
   assert.is(info.code, 0, info.err);
   assert.match(info.out, /providers/);
+  assert.match(info.out, /binary +prebuilt/);
   const demo = weft(['demo', '-n', '2', '--laps', '100', '--blocks', '8']);
   assert.is(demo.code, 0, demo.out + demo.err);
   assert.match(demo.out, /allreduce of .* \(checked\)/);
@@ -59,8 +85,8 @@ test('--version, info, demo', () => {
 
 test('run with a .mjs and a .ts rank in the CommonJS project', () => {
   const body = ['const ctx = await init();', 'const x = new Float32Array(4).fill(ctx.rank + 1);', 'await ctx.allreduce(x);', 'console.log(`rank ${ctx.rank}: ${x[0]}`);', 'await ctx.close();'];
-  writeFileSync(path.join(project, 'app.mjs'), ["import { init } from 'weft';", ...body].join('\n'));
-  writeFileSync(path.join(project, 'app.ts'), ["import { init } from 'weft';", ...body].join('\n'));
+  writeFileSync(path.join(project, 'app.mjs'), ["import { init } from 'weftjs';", ...body].join('\n'));
+  writeFileSync(path.join(project, 'app.ts'), ["import { init } from 'weftjs';", ...body].join('\n'));
   for (const script of ['app.mjs', 'app.ts']) {
     const r = weft(['run', '-n', '2', script]);
     assert.is(r.code, 0, `${script}: ${r.out}${r.err}`);
@@ -69,18 +95,36 @@ test('run with a .mjs and a .ts rank in the CommonJS project', () => {
   }
 });
 
-test('benchmarks: quick runs write into the project, never into node_modules; a missing development dependency is one line', () => {
+test('benchmarks: quick runs write into the project, never into node_modules; what needs a development dependency says so', () => {
   for (const b of ['nic', 'rpc']) {
     const r = weft(['bench', b, '--quick'], 300_000);
     assert.is(r.code, 0, `${b}: ${r.out.slice(-2000)}${r.err.slice(-2000)}`);
+    // Plots need vega, the peers zeromq and grpc-js: development dependencies, named.
+    assert.match(r.err, /plots? skipped .*/);
   }
   const results = readdirSync(path.join(project, 'weft-bench-results'));
   assert.ok(results.some((f) => f.startsWith('nic-')) && results.some((f) => f.startsWith('rpc-')), results.join(', '));
-  assert.not.ok(existsSync(path.join(project, 'node_modules', 'weft', 'bench', 'results')));
-  const reduce = weft(['bench', 'reduce', '--quick']);
-  assert.is(reduce.code, 1);
-  assert.match(reduce.err.trim(), /^weft bench reduce needs the package 'tinybench', a development dependency of weft: install it beside weft/);
-  assert.is(reduce.err.trim().split('\n').length, 1, reduce.err);
+  assert.not.ok(existsSync(path.join(project, 'node_modules', 'weftjs', 'bench', 'results')));
+  const reduce = weft(['bench', 'reduce', '--quick', '--time', '50']);
+  assert.is(reduce.code, 0, reduce.out + reduce.err);
+  assert.match(reduce.out, /sum/);
+});
+
+test('installed without install scripts (pnpm 10 runs none by default): the prebuilt binary loads', () => {
+  const bare = path.join(work, 'bare');
+  mkdirSync(bare);
+  assert.is(sh('npm', ['init', '-y'], bare).code, 0);
+  const install = sh('npm', ['install', '--ignore-scripts', tarball], bare, 600_000);
+  assert.is(install.code, 0, install.err.slice(-3000));
+  const probe = ["const { init } = require('weftjs');", "console.log(typeof init);"].join('\n');
+  writeFileSync(path.join(bare, 'probe.cjs'), probe);
+  const r = sh(process.execPath, ['probe.cjs'], bare);
+  assert.is(r.code, 0, r.err);
+  assert.is(r.out.trim(), 'function');
+  const info = sh(process.execPath, [path.join(bare, 'node_modules', 'weftjs', 'bin', 'weft.js'), 'info'], bare);
+  assert.is(info.code, 0, info.err);
+  assert.match(info.out, /binary +prebuilt/);
+  assert.match(info.out, /yes +ofi/);
 });
 
 test.run();

@@ -153,10 +153,10 @@ test('weft run app.ts in a CommonJS project (npm init -y): the .ts ranks run as 
   try {
     writeFileSync(path.join(dir, 'package.json'), JSON.stringify({ name: 'app', version: '1.0.0', type: 'commonjs' }));
     mkdirSync(path.join(dir, 'node_modules'));
-    symlinkSync(root, path.join(dir, 'node_modules', 'weft'));
+    symlinkSync(root, path.join(dir, 'node_modules', 'weftjs'));
     writeFileSync(path.join(dir, 'half.ts'), 'export const half = (x: number): number => x / 2;\n');
     writeFileSync(path.join(dir, 'app.ts'), [
-      "import { init } from 'weft';",
+      "import { init } from 'weftjs';",
       "import { half } from './half';",
       'const ctx = await init();',
       'const x = new Float32Array(4).fill(ctx.rank + 1);',
