@@ -53,9 +53,14 @@ std::string OpenOnce() {
   // may bring its own libfabric); its loadable providers name libfabric.so.1 themselves.
   void* lib = dlopen("libfabric.so.1", RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
-    const char* err = dlerror();
-    return std::string("libfabric is not installed (") + (err ? err : "dlopen failed") +
-           "); install it (Debian/Ubuntu: apt-get install libfabric1) for the ofi provider";
+    const char* e = dlerror();
+    std::string err = e ? e : "dlopen failed";
+    // dlerror names the file that failed first: libfabric itself, or a library it needs.
+    if (err.substr(0, err.find(':')).find("libfabric") == std::string::npos) {
+      return "libfabric.so.1 is installed but a library it needs is missing (" + err +
+             "); reinstall libfabric1 with its dependencies (Debian/Ubuntu: apt-get install --reinstall libfabric1)";
+    }
+    return "libfabric is not installed (" + err + "); install it (Debian/Ubuntu: apt-get install libfabric1) for the ofi provider";
   }
   std::string why;
   if (!Find(lib, "fi_getinfo", kGetinfo, getinfo, why) || !Find(lib, "fi_freeinfo", kFreeinfo, freeinfo, why) ||
