@@ -18,6 +18,7 @@ import { fileURLToPath } from 'node:url';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { native, packageRoot } from '../../src/native/binding.js';
 import { resultsDir } from '../lib/stats.js';
+import { runIfMain } from '../lib/command.js';
 import { PEER_SYSTEMS, detect, runPeers, type PeerSystem } from '../peers/index.js';
 import { aggregate, type AggregatedRow } from './aggregate.js';
 import { measureFloor } from './floor.js';
@@ -218,9 +219,11 @@ function parseVariants(v: string): Variant[] {
 /** 8 B to 32 MiB by x4, and 64 MiB: the sizes of the peers' numbers in docs/benchmarks.md. */
 const DEFAULT_SIZES = '8..32M:4,64M';
 
-/** The command line (also what `weft bench collectives` hands its arguments to). */
-export async function main(argv: string[] = process.argv): Promise<void> {
-  const o = new Command('weft bench collectives')
+type CollectivesOptions = { np: number[]; ops: CollectiveOp[]; sizes: number[]; providers?: string[]; peers?: PeerSystem[]; variants: Variant[]; iters: number; warmup: number; byteBudget: number; runs: number; json?: boolean; out?: string; plot: string | boolean; timeout: number; buffers: 'alloc' | 'heap'; hosts?: number };
+
+/** `weft bench collectives`. */
+export function collectivesCommand(): Command {
+  return new Command('collectives')
     .description('nccl-tests style sweep of weft\'s collectives, with Gloo and Open MPI in the same run when installed')
     .addOption(new Option('--np <list>', 'comma-separated process counts').argParser((v) => list(v).map(positiveInt)).default([2, 4], '2,4'))
     .addOption(new Option('--ops <list>', 'comma-separated ops').argParser(parseOps).default([...COLLECTIVE_OPS], COLLECTIVE_OPS.join(',')))
@@ -239,8 +242,20 @@ export async function main(argv: string[] = process.argv): Promise<void> {
     .option('--timeout <ms>', 'per peer run', positiveInt, 600_000)
     .option('--hosts <h>', 'spread the ranks over H emulated hosts (network namespaces; needs root): --np ranks in all, with Open MPI and Gloo over the same namespaces', positiveInt)
     .addOption(new Option('--buffers <kind>', "weft's arrays: alloc (ctx.alloc, registered; peers on one host read them in place) or heap (new Float32Array)").choices(['alloc', 'heap']).default('alloc'))
-    .parse(argv)
-    .opts<{ np: number[]; ops: CollectiveOp[]; sizes: number[]; providers?: string[]; peers?: PeerSystem[]; variants: Variant[]; iters: number; warmup: number; byteBudget: number; runs: number; json?: boolean; out?: string; plot: string | boolean; timeout: number; buffers: 'alloc' | 'heap'; hosts?: number }>();
+    .option('--quick', 'smoke test: 2 ranks, allreduce and broadcast, 8 B and 64 KiB, 20 iterations (options given explicitly win)')
+    .action((o: CollectivesOptions & { quick?: boolean }, cmd: Command) => {
+      if (o.quick) {
+        const unset = (name: string) => cmd.getOptionValueSource(name) === 'default';
+        if (unset('np')) o.np = [2];
+        if (unset('ops')) o.ops = ['allreduce', 'broadcast'];
+        if (unset('sizes')) o.sizes = [8, 65536];
+        if (unset('iters')) o.iters = 20;
+      }
+      return runCollectives(o);
+    });
+}
+
+async function runCollectives(o: CollectivesOptions): Promise<void> {
   if (o.hosts !== undefined) {
     const np = o.np.length === 1 ? o.np[0] : 2 * o.hosts;
     if (np % o.hosts !== 0) throw new InvalidArgumentError(`--np ${np} does not spread evenly over --hosts ${o.hosts}`);
@@ -270,9 +285,4 @@ export async function main(argv: string[] = process.argv): Promise<void> {
   if (!res.rows.some((r) => r.system.startsWith('weft')) || res.failures.some((f) => f.startsWith('weft') && !f.includes('skipped'))) process.exitCode = 1;
 }
 
-if (process.argv[1] && fileURLToPath(import.meta.url) === path.resolve(process.argv[1])) {
-  main().catch((err) => {
-    console.error(err instanceof Error ? err.message : err);
-    process.exit(1);
-  });
-}
+runIfMain(import.meta.url, collectivesCommand);

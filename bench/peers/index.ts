@@ -15,11 +15,13 @@ import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, renameSync, rmSync, statSync, unlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { homedir } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { Command } from 'commander';
 import { packageRoot } from '../../src/native/binding.js';
 import { COLLECTIVE_OPS, caseBytes, isCollectiveOp, parseSize, parseSizes, withBandwidth, type CollectiveOp, type CollectiveResult, type CollectiveRow } from '../collectives/metrics.js';
 import { table } from '../lib/stats.js';
+import { runIfMain } from '../lib/command.js';
 import { describe, onAbandon, PeerRunError, runAll, type LaunchResult } from './spawn.js';
 
 export { PeerRunError } from './spawn.js';
@@ -69,7 +71,13 @@ export interface MpiRunOptions extends PeerRunOptions {
 }
 
 const SOURCE_DIR = path.join(packageRoot, 'bench', 'peers');
-export const DEFAULT_BIN_DIR = path.join(packageRoot, 'build', 'peers');
+/**
+ * Where the peers' harnesses are compiled: build/peers in a checkout; from an installed
+ * package the user's cache (XDG_CACHE_HOME or ~/.cache), never inside node_modules.
+ */
+export const DEFAULT_BIN_DIR = packageRoot.split(path.sep).includes('node_modules')
+  ? path.join(process.env.XDG_CACHE_HOME ?? path.join(homedir(), '.cache'), 'weftjs', 'peers')
+  : path.join(packageRoot, 'build', 'peers');
 
 const SOURCES: Record<PeerName, string> = { gloo: 'gloo-bench.cc', mpi: 'mpi-bench.c' };
 const BINARIES: Record<PeerName, string> = { gloo: 'gloo-bench', mpi: 'mpi-bench' };
@@ -332,8 +340,9 @@ export async function runPeers(systems: PeerSystem[], nps: number[], base: Omit<
   return out;
 }
 
-async function main(): Promise<void> {
-  const program = new Command('bench-peers')
+/** `weft bench peers`: the peers alone. */
+export function peersCommand(): Command {
+  return new Command('peers')
     .description('Gloo and Open MPI collectives, from weft\'s own harnesses (bench/peers/)')
     .option('--np <list>', 'comma-separated process counts', '2')
     .option('--ops <list>', `comma-separated ops (${COLLECTIVE_OPS.join(', ')})`, 'allreduce')
@@ -345,8 +354,17 @@ async function main(): Promise<void> {
     .option('--timeout <ms>', 'per peer run', '120000')
     .option('--json', 'print one JSON object per line')
     .option('--detect', 'only print which peers are available')
-    .parse();
-  const o = program.opts<{ np: string; ops: string; sizes: string; systems: string; iters: string; warmup: string; byteBudget: string; timeout: string; json?: boolean; detect?: boolean }>();
+    .option('--quick', 'smoke test: allreduce of 8 B and 64 KiB, 10 iterations (options given explicitly win)')
+    .action((o: Parameters<typeof runPeersCommand>[0] & { quick?: boolean }, cmd: Command) => {
+      if (o.quick) {
+        if (cmd.getOptionValueSource('sizes') === 'default') o.sizes = '8,65536';
+        if (cmd.getOptionValueSource('iters') === 'default') o.iters = '10';
+      }
+      return runPeersCommand(o);
+    });
+}
+
+async function runPeersCommand(o: { np: string; ops: string; sizes: string; systems: string; iters: string; warmup: string; byteBudget: string; timeout: string; json?: boolean; detect?: boolean }): Promise<void> {
   if (o.detect) {
     console.log(JSON.stringify(detect(), null, 2));
     return;
@@ -366,9 +384,4 @@ async function main(): Promise<void> {
   if (rows.length === 0) process.exitCode = 1;
 }
 
-if (process.argv[1] && fileURLToPath(import.meta.url) === path.resolve(process.argv[1])) {
-  main().catch((err) => {
-    console.error(err instanceof Error ? err.message : err);
-    process.exit(1);
-  });
-}
+runIfMain(import.meta.url, peersCommand);

@@ -9,6 +9,8 @@
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Command } from 'commander';
+import { positiveInt } from '../../src/cli/arguments.js';
+import { runIfMain } from '../lib/command.js';
 import { native } from '../../src/native/binding.js';
 import { runScenario } from '../../harness/local-group.js';
 import { formatNumber, median, saveResults, table, type BenchRecord } from '../lib/stats.js';
@@ -148,17 +150,18 @@ export async function benchRpc(o: RpcBenchOptions): Promise<BenchRecord[]> {
   return records;
 }
 
-if (process.argv[1] && fileURLToPath(import.meta.url) === path.resolve(process.argv[1])) {
-  const program = new Command('bench-rpc')
-    .option('--provider <list>', 'comma-separated providers (shm, ofi, ofi:tcp)')
-    .option('--runs <n>', 'runs per point (median reported)', '3')
+/** `weft bench rpc`. */
+export function rpcCommand(): Command {
+  return new Command('rpc')
+    .description('copyrpc round trip and throughput (queue depths, endpoints, payloads) vs node:net, zeromq and grpc-js')
+    .option('--provider <list>', 'comma-separated providers (default: shm, and ofi when built)')
+    .option('--runs <n>', 'runs per point; the median is reported', positiveInt, 3)
     .option('--json', 'print one JSON object per line')
     .option('--quick', 'smaller runs (smoke test)')
-    .option('--no-peers', 'skip node:net, zeromq and grpc')
-    .parse();
-  const opts = program.opts<{ provider?: string; runs: string; json?: boolean; quick?: boolean; peers: boolean }>();
-  benchRpc({ providers: opts.provider ? opts.provider.split(',') : defaultRpcProviders(), runs: Number(opts.runs), json: !!opts.json, quick: !!opts.quick, peers: opts.peers }).catch((err) => {
-    console.error(err);
-    process.exit(1);
-  });
+    .option('--no-peers', 'skip node:net, zeromq and grpc-js')
+    .action(async (o: { provider?: string; runs: number; json?: boolean; quick?: boolean; peers: boolean }) => {
+      await benchRpc({ providers: o.provider ? o.provider.split(',') : defaultRpcProviders(), runs: o.runs, json: !!o.json, quick: !!o.quick, peers: o.peers });
+    });
 }
+
+runIfMain(import.meta.url, rpcCommand);

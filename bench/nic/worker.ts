@@ -1,10 +1,10 @@
 /**
- * One side of a NIC benchmark pair: `node nic-worker.js <scenario> <rank> 2 <provider> <json>`.
+ * One side of a NIC benchmark pair: `node worker.js <scenario> <rank> 2 <provider> <json>`.
  * Rank 0 measures and reports; rank 1 reflects (ping-pong) or sinks (stream). Busy-polls:
  * these are the latency and rate of the synchronous path.
  */
-import { CompletionBatch, Opcode, Status } from '../src/nic/index.js';
-import { joinMesh } from '../harness/local-group.js';
+import { CompletionBatch, Opcode, Status } from '../../src/nic/index.js';
+import { joinMesh } from '../../harness/local-group.js';
 
 const [scenario, rankS, nS, provider, argsJson] = process.argv.slice(2);
 const rank = Number(rankS);

@@ -3,7 +3,7 @@
  * each rank issues, for 2..16 ranks over each store. Round trips per rank should not grow
  * with N (one write of the rank's address blob, one batched read of everybody else's).
  *
- * Usage: node dist/bench/rendezvous.js [--ranks 2,4,8,16] [--stores tcp,redis,file] [--redis URL] [--runs 3] [--json]
+ * Usage: node dist/bench/rendezvous/index.js [--ranks 2,4,8,16] [--stores tcp,redis,file] [--redis URL] [--runs 3] [--json]
  */
 import { fileURLToPath } from 'node:url';
 import { PassThrough } from 'node:stream';
@@ -11,10 +11,12 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { Command } from 'commander';
-import { launch } from '../src/launch/run.js';
-import { median, saveResults, table, type BenchRecord } from './lib/stats.js';
+import { positiveInt } from '../../src/cli/arguments.js';
+import { runIfMain } from '../lib/command.js';
+import { launch } from '../../src/launch/run.js';
+import { median, saveResults, table, type BenchRecord } from '../lib/stats.js';
 
-const RANK = path.join(path.dirname(fileURLToPath(import.meta.url)), 'rendezvous-rank.js');
+const RANK = path.join(path.dirname(fileURLToPath(import.meta.url)), 'rank.js');
 
 export interface RendezvousBenchOptions {
   ranks: number[];
@@ -104,21 +106,23 @@ export async function benchRendezvous(o: RendezvousBenchOptions): Promise<BenchR
   return records;
 }
 
-async function main(): Promise<void> {
-  const o = new Command('bench-rendezvous')
+/** `weft bench rendezvous`. */
+export function rendezvousCommand(): Command {
+  return new Command('rendezvous')
+    .description('time for 2..16 ranks to connect a full mesh, and store round trips per rank, per store')
     .option('--ranks <list>', 'world sizes', '2,4,8,16')
     .option('--stores <list>', 'stores: tcp, redis, file', 'tcp,redis,file')
-    .option('--redis <url>', 'Redis URL for the redis store', process.env.WEFT_TEST_REDIS_URL)
-    .option('--runs <n>', 'runs per point (median reported)', '3')
-    .option('--json', 'one JSON object per line')
-    .parse()
-    .opts<{ ranks: string; stores: string; redis?: string; runs: string; json?: boolean }>();
-  await benchRendezvous({ ranks: o.ranks.split(',').map(Number), stores: o.stores.split(','), redis: o.redis, runs: Number(o.runs), json: !!o.json });
+    .option('--redis <url>', 'Redis URL for the redis store (default WEFT_TEST_REDIS_URL)', process.env.WEFT_TEST_REDIS_URL)
+    .option('--runs <n>', 'runs per point; the median is reported', positiveInt, 3)
+    .option('--json', 'print one JSON object per line')
+    .option('--quick', 'smoke test: 2 and 4 ranks, one run (options given explicitly win)')
+    .action(async (o: { ranks: string; stores: string; redis?: string; runs: number; json?: boolean; quick?: boolean }, cmd: Command) => {
+      if (o.quick) {
+        if (cmd.getOptionValueSource('ranks') === 'default') o.ranks = '2,4';
+        if (cmd.getOptionValueSource('runs') === 'default') o.runs = 1;
+      }
+      await benchRendezvous({ ranks: o.ranks.split(',').map(Number), stores: o.stores.split(','), redis: o.redis, runs: o.runs, json: !!o.json });
+    });
 }
 
-if (process.argv[1] && fileURLToPath(import.meta.url) === path.resolve(process.argv[1])) {
-  main().catch((err) => {
-    console.error(err);
-    process.exit(1);
-  });
-}
+runIfMain(import.meta.url, rendezvousCommand);

@@ -1,5 +1,5 @@
 /** One rank of `weft bench rendezvous`: times init() (store + device + full mesh) and counts store traffic. */
-import { init } from '../src/index.js';
+import { init } from '../../src/index.js';
 
 const t0 = Date.now();
 const ctx = await init({ timeoutMs: 60_000 });

@@ -12,16 +12,18 @@
  * tens of microseconds, so the timer's own cost stays out of the 4 KiB numbers; the median
  * sample is reported.
  *
- * Usage: node dist/bench/reduce.js [--time <ms per task>] [--json] [--quick]
+ * Usage: node dist/bench/reduce/index.js [--time <ms per task>] [--json] [--quick]
  */
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import path from 'node:path';
-import { Command } from 'commander';
+import { Command, Option } from 'commander';
+import { positiveInt } from '../../src/cli/arguments.js';
+import { runIfMain } from '../lib/command.js';
 import { Bench } from 'tinybench';
-import { native } from '../src/native/binding.js';
-import { reduceInto, reduceIsa, reduceMany, supportedReduceIsas } from '../src/reduce/index.js';
-import { formatBytes, median, saveResults, table, type BenchRecord } from './lib/stats.js';
+import { native } from '../../src/native/binding.js';
+import { reduceInto, reduceIsa, reduceMany, supportedReduceIsas } from '../../src/reduce/index.js';
+import { formatBytes, median, saveResults, table, type BenchRecord } from '../lib/stats.js';
 
 const SIZES = [4 << 10, 64 << 10, 1 << 20, 16 << 20];
 const MANY_SOURCES = 4;
@@ -198,24 +200,21 @@ export async function benchReduce(opts: ReduceBenchOptions): Promise<BenchRecord
   return all;
 }
 
-async function main(): Promise<void> {
-  const program = new Command('bench-reduce')
-    .option('--time <ms>', 'tinybench time budget per task', '400')
+/** `weft bench reduce` (and, with --child, one measuring process of it). */
+export function reduceCommand(): Command {
+  return new Command('reduce')
+    .description('float32 sum per SIMD level (and reduceMany over 4 sources) vs a JS loop and memcpy, 4 KiB to 16 MiB')
+    .option('--time <ms>', 'tinybench time budget per task', positiveInt, 400)
     .option('--json', 'print one JSON object per line')
     .option('--quick', 'short runs (smoke test)')
-    .option('--child', 'internal: measure the native level this process loaded, print JSON lines')
-    .parse();
-  const o = program.opts<{ time: string; json?: boolean; quick?: boolean; child?: boolean }>();
-  if (o.child) {
-    for (const r of [...measureKernel(!!o.quick), ...(await measureNative(Number(o.time)))]) console.log(JSON.stringify(r));
-    return;
-  }
-  await benchReduce({ timeMs: Number(o.time), json: !!o.json, quick: !!o.quick });
+    .addOption(new Option('--child', 'measure the native level this process loaded, print JSON lines').hideHelp())
+    .action(async (o: { time: number; json?: boolean; quick?: boolean; child?: boolean }) => {
+      if (o.child) {
+        for (const r of [...measureKernel(!!o.quick), ...(await measureNative(o.time))]) console.log(JSON.stringify(r));
+        return;
+      }
+      await benchReduce({ timeMs: o.time, json: !!o.json, quick: !!o.quick });
+    });
 }
 
-if (process.argv[1] && SELF === path.resolve(process.argv[1])) {
-  main().catch((err) => {
-    console.error(err);
-    process.exit(1);
-  });
-}
+runIfMain(import.meta.url, reduceCommand);

@@ -3,17 +3,19 @@
  * 64 KiB, 1 MiB) for each provider, with libfabric's own shm provider (`ofi:shm`) and a
  * single-thread memcpy in the same run so the ratios are visible. Medians of several runs.
  *
- * Usage: node dist/bench/nic.js [--provider shm,ofi:tcp,ofi:shm] [--runs 5] [--json] [--quick]
+ * Usage: node dist/bench/nic/index.js [--provider shm,ofi:tcp,ofi:shm] [--runs 5] [--json] [--quick]
  */
 import { fileURLToPath } from 'node:url';
 import path from 'node:path';
 import { Command } from 'commander';
-import { native } from '../src/native/binding.js';
-import { runScenario } from '../harness/local-group.js';
-import { fiPingPong, haveFiPingPong } from './lib/fi-pingpong.js';
-import { formatBytes, formatNumber, median, saveResults, table, type BenchRecord } from './lib/stats.js';
+import { positiveInt } from '../../src/cli/arguments.js';
+import { runIfMain } from '../lib/command.js';
+import { native } from '../../src/native/binding.js';
+import { runScenario } from '../../harness/local-group.js';
+import { fiPingPong, haveFiPingPong } from '../lib/fi-pingpong.js';
+import { formatBytes, formatNumber, median, saveResults, table, type BenchRecord } from '../lib/stats.js';
 
-const WORKER = path.join(path.dirname(fileURLToPath(import.meta.url)), 'nic-worker.js');
+const WORKER = path.join(path.dirname(fileURLToPath(import.meta.url)), 'worker.js');
 const SIZES = [64, 4096, 65536, 1 << 20];
 const SLOTS = 8;
 
@@ -137,7 +139,7 @@ export async function benchNic(opts: NicBenchOptions): Promise<BenchRecord[]> {
   if (!opts.json) console.log(nicReport(records));
   process.stderr.write(`results: ${file}\n`);
   try {
-    const { plotNic } = await import('./lib/plot.js');
+    const { plotNic } = await import('../lib/plot.js');
     const plots = await plotNic(records, file.replace(/\.json$/, ''));
     process.stderr.write(`plots: ${plots.join(', ')}\n`);
   } catch (err) {
@@ -146,20 +148,17 @@ export async function benchNic(opts: NicBenchOptions): Promise<BenchRecord[]> {
   return records;
 }
 
-async function main(): Promise<void> {
-  const program = new Command('bench-nic')
-    .option('--provider <list>', 'comma-separated providers (shm, ofi:tcp, ofi:shm, ...)')
-    .option('--runs <n>', 'runs per measurement (median reported)', '5')
+/** `weft bench nic`. */
+export function nicCommand(): Command {
+  return new Command('nic')
+    .description('64 B WRITE_IMM round trip and streaming rate per provider, vs libfabric shm and memcpy')
+    .option('--provider <list>', 'comma-separated providers (default: shm, ofi:shm, ofi:tcp when built)')
+    .option('--runs <n>', 'runs per measurement; the median is reported', positiveInt, 5)
     .option('--json', 'print one JSON object per line')
     .option('--quick', 'smaller runs (smoke test)')
-    .parse();
-  const o = program.opts<{ provider?: string; runs: string; json?: boolean; quick?: boolean }>();
-  await benchNic({ providers: o.provider ? o.provider.split(',') : defaultProviders(), runs: Number(o.runs), json: !!o.json, quick: !!o.quick });
+    .action(async (o: { provider?: string; runs: number; json?: boolean; quick?: boolean }) => {
+      await benchNic({ providers: o.provider ? o.provider.split(',') : defaultProviders(), runs: o.runs, json: !!o.json, quick: !!o.quick });
+    });
 }
 
-if (process.argv[1] && fileURLToPath(import.meta.url) === path.resolve(process.argv[1])) {
-  main().catch((err) => {
-    console.error(err);
-    process.exit(1);
-  });
-}
+runIfMain(import.meta.url, nicCommand);

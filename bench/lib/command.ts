@@ -1,0 +1,18 @@
+/**
+ * Each benchmark owns its command (`bench/<name>/` exports it): `weft bench <name>` adds it
+ * to its program (bench/cli.ts), and `node dist/bench/<name>/index.js` runs it on its own.
+ */
+import type { Command } from 'commander';
+import { fileURLToPath } from 'node:url';
+import path from 'node:path';
+
+/** Parses the command line with `command()` when the module at `moduleUrl` is the program. */
+export function runIfMain(moduleUrl: string, command: () => Command): void {
+  if (!process.argv[1] || fileURLToPath(moduleUrl) !== path.resolve(process.argv[1])) return;
+  command()
+    .parseAsync(process.argv)
+    .catch((err: unknown) => {
+      console.error(err instanceof Error ? err.message : err);
+      process.exit(1);
+    });
+}
