@@ -212,6 +212,11 @@ export class Board {
   private readonly probe = (): void => {
     const call = this.plan.call as BoardCall;
     this.device.probe();
+    // Every rank's part is here: the call completes even when another rank aborted the job
+    // meanwhile (it passed this call, then failed a later one); this rank learns of it at its
+    // next call, as on the message paths. Failing here instead made the outcome of a finished
+    // barrier depend on whether an ABORT overtook its last poll.
+    if (this.isReady()) return;
     if (this.device.failure) throw new WeftError(this.device.failure.code, `${call.what}: ${this.device.failure.message.replace(/^rank \d+: /, '')}`, { cause: this.device.failure });
     // A pair fails without aborting the job when nothing of the transport was in flight on
     // it, which is the case for a board call: look, or wait out the timeout for a dead rank.
