@@ -15,25 +15,32 @@ uint32_t (*version)() = nullptr;
 namespace {
 
 // libfabric versions its symbols: when struct fi_info grew, fi_getinfo@FABRIC_1.3 kept the
-// old layouts under older version tags. A binary must call the version its headers describe.
-// The prebuilt binaries are compiled against libfabric 1.17's headers, whose layouts are
-// these versions; a newer libfabric still exports them. Built from source against other
-// headers, the library present is the one the headers came with, so its default versions fit.
-#if FI_MAJOR_VERSION == 1 && FI_MINOR_VERSION == 17
-constexpr const char* kGetinfo = "FABRIC_1.3";
-constexpr const char* kFreeinfo = "FABRIC_1.3";
-constexpr const char* kDupinfo = "FABRIC_1.3";
-constexpr const char* kFabric = "FABRIC_1.1";
+// old layouts under older version tags, and a later libfabric moves the default on again.
+// A binary must call the versions its headers describe, which linking with -lfabric would have
+// fixed. Built from source, scripts/gyp-fabric.mjs reads the default versions of the library
+// the headers came with (WEFT_FI_INFO_MINOR, WEFT_FI_FABRIC_MINOR). The prebuilt binaries are
+// cross-built against libfabric 1.17's headers, whose versions are these. fi_strerror and
+// fi_version have only ever had FABRIC_1.0.
+#if defined(WEFT_FI_INFO_MINOR) && defined(WEFT_FI_FABRIC_MINOR)
+#define WEFT_STR2(x) #x
+#define WEFT_STR(x) WEFT_STR2(x)
+constexpr const char* kInfoTag = "FABRIC_1." WEFT_STR(WEFT_FI_INFO_MINOR);
+constexpr const char* kFabricTag = "FABRIC_1." WEFT_STR(WEFT_FI_FABRIC_MINOR);
+#elif FI_MAJOR_VERSION == 1 && FI_MINOR_VERSION == 17
+constexpr const char* kInfoTag = "FABRIC_1.3";
+constexpr const char* kFabricTag = "FABRIC_1.1";
+#else
+// Headers other than 1.17 with no library beside them at build time: the defaults of the
+// library found at run time (right while it is the version the headers came with).
+constexpr const char* kInfoTag = nullptr;
+constexpr const char* kFabricTag = nullptr;
+#endif
+constexpr const char* kGetinfo = kInfoTag;
+constexpr const char* kFreeinfo = kInfoTag;
+constexpr const char* kDupinfo = kInfoTag;
+constexpr const char* kFabric = kFabricTag;
 constexpr const char* kStrerror = "FABRIC_1.0";
 constexpr const char* kVersion = "FABRIC_1.0";
-#else
-constexpr const char* kGetinfo = nullptr;
-constexpr const char* kFreeinfo = nullptr;
-constexpr const char* kDupinfo = nullptr;
-constexpr const char* kFabric = nullptr;
-constexpr const char* kStrerror = nullptr;
-constexpr const char* kVersion = nullptr;
-#endif
 
 template <typename Fn>
 bool Find(void* lib, const char* name, const char* tag, Fn*& out, std::string& why) {

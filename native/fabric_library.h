@@ -1,9 +1,9 @@
 // libfabric, opened at run time. The fabric addon does not link libfabric: it opens
 // libfabric.so.1 with dlopen when it loads, so one prebuilt weft_ofi.node serves machines
 // with and without libfabric (without it, `ofi.available` is false and says why), and a
-// cross build needs only libfabric's headers. libfabric exports just six functions as
-// symbols; everything else in its API is an inline call through the ops tables of the
-// objects these return, so these six are all the addon looks up.
+// cross build needs only libfabric's headers. Of the functions libfabric exports, the addon
+// calls six; everything else it uses is an inline call through the ops tables of the objects
+// these return, so these six are all it looks up.
 #pragma once
 
 #include <rdma/fabric.h>

@@ -3,7 +3,7 @@
 // (prebuilds/linux-<arch>, glibc) and it loads, nothing is compiled; otherwise the addon is
 // built from source with node-gyp (python3, make, g++ and Node's headers). Build from source
 // on purpose: `npm rebuild weftjs --build-from-source` (or WEFT_BUILD_FROM_SOURCE=1), the
-// convention of prebuild-install and node-gyp-build. In a checkout (no prebuilds/) it builds.
+// convention of prebuild-install and node-gyp-build. In a checkout it always builds.
 import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import path from 'node:path';
@@ -24,8 +24,13 @@ function loads(file) {
   return r.status === 0 ? '' : (r.stderr || `exit ${r.status}`).trim().split('\n').find((l) => /Error|error/.test(l)) ?? 'it does not load';
 }
 
+// In a checkout the sources are what runs: build them, even where prebuilds/ was made
+// (scripts/prebuild.mjs), or a stale prebuilt binary would hide every change to native/.
+const checkout = !root.split(path.sep).includes('node_modules');
+
 let why = '';
 if (fromSource) why = 'building from source as asked';
+else if (checkout) why = 'a checkout builds from source';
 else if (process.platform !== 'linux') why = `weft runs on Linux only (this is ${process.platform})`;
 else if (!existsSync(prebuilt)) why = `no prebuilt binary for ${platform}`;
 else if (!glibc()) why = 'the prebuilt binaries are for glibc and this Node runs on musl';

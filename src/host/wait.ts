@@ -103,10 +103,17 @@ function yieldUntil(plan: WaitPlan): number {
   return performance.now() + (plan.oversubscribed ? WAIT.oversubscribedYieldUs : WAIT.yieldUs) / 1000;
 }
 
-function probe(plan: WaitPlan): void {
+/**
+ * Between sleeps: the caller's probe (dead peers, aborts), then the deadline. True when the
+ * wait is over: a condition that holds (the probe may have routed what it waited for) ends
+ * the wait even past the deadline, since the peers have finished that step too.
+ */
+function probe(plan: WaitPlan, ready: () => boolean): boolean {
   plan.probe?.();
+  if (ready()) return true;
   const call = plan.call;
   if (call) call.deadline.check(call.what);
+  return false;
 }
 
 function slice(plan: WaitPlan): number {
@@ -125,11 +132,11 @@ export function waitSync(ready: () => boolean, bell: Doorbell, plan: WaitPlan): 
   for (let i = 1; performance.now() < until; i++) {
     native.yieldThread();
     if (ready()) return;
-    if ((i & 15) === 0) probe(plan);
+    if ((i & 15) === 0 && probe(plan, ready)) return;
   }
   bell.beforeSleep?.();
   for (;;) {
-    probe(plan);
+    if (probe(plan, ready)) return;
     bell.sleepSync(slice(plan), ready);
     if (ready()) return;
   }
@@ -147,13 +154,13 @@ export async function waitAsync(ready: () => boolean, bell: Doorbell, plan: Wait
     if (ready()) return;
     native.yieldThread();
     if (ready()) return;
-    probe(plan);
+    if (probe(plan, ready)) return;
   }
   bell.beforeSleep?.();
   const aborted = abortPromise(plan.call);
   try {
     for (;;) {
-      probe(plan);
+      if (probe(plan, ready)) return;
       const sleep = bell.sleepAsync(slice(plan), ready);
       await (aborted ? Promise.race([sleep, aborted.promise]) : sleep);
       if (ready()) return;

@@ -215,7 +215,8 @@ export class Board {
     // Every rank's part is here: the call completes even when another rank aborted the job
     // meanwhile (it passed this call, then failed a later one); this rank learns of it at its
     // next call, as on the message paths. Failing here instead made the outcome of a finished
-    // barrier depend on whether an ABORT overtook its last poll.
+    // barrier depend on whether an ABORT overtook its last poll. (The waiting loop then ends
+    // the wait without checking the deadline either: host/wait.ts probe.)
     if (this.isReady()) return;
     if (this.device.failure) throw new WeftError(this.device.failure.code, `${call.what}: ${this.device.failure.message.replace(/^rank \d+: /, '')}`, { cause: this.device.failure });
     // A pair fails without aborting the job when nothing of the transport was in flight on
