@@ -35,12 +35,7 @@ constexpr const char* kFabricTag = "FABRIC_1.1";
 constexpr const char* kInfoTag = nullptr;
 constexpr const char* kFabricTag = nullptr;
 #endif
-constexpr const char* kGetinfo = kInfoTag;
-constexpr const char* kFreeinfo = kInfoTag;
-constexpr const char* kDupinfo = kInfoTag;
-constexpr const char* kFabric = kFabricTag;
-constexpr const char* kStrerror = "FABRIC_1.0";
-constexpr const char* kVersion = "FABRIC_1.0";
+constexpr const char* kFirstTag = "FABRIC_1.0";
 
 template <typename Fn>
 bool Find(void* lib, const char* name, const char* tag, Fn*& out, std::string& why) {
@@ -70,15 +65,13 @@ std::string OpenOnce() {
     return "libfabric is not installed (" + err + "); install it (Debian/Ubuntu: apt-get install libfabric1) for the ofi provider";
   }
   std::string why;
-  if (!Find(lib, "fi_getinfo", kGetinfo, getinfo, why) || !Find(lib, "fi_freeinfo", kFreeinfo, freeinfo, why) ||
-      !Find(lib, "fi_dupinfo", kDupinfo, dupinfo, why) || !Find(lib, "fi_fabric", kFabric, fabric, why) ||
-      !Find(lib, "fi_strerror", kStrerror, strerror, why) || !Find(lib, "fi_version", kVersion, version, why)) {
-    getinfo = nullptr;
+  if (!Find(lib, "fi_getinfo", kInfoTag, getinfo, why) || !Find(lib, "fi_freeinfo", kInfoTag, freeinfo, why) ||
+      !Find(lib, "fi_dupinfo", kInfoTag, dupinfo, why) || !Find(lib, "fi_fabric", kFabricTag, fabric, why) ||
+      !Find(lib, "fi_strerror", kFirstTag, strerror, why) || !Find(lib, "fi_version", kFirstTag, version, why)) {
     return why;
   }
   uint32_t v = version();
   if (v < FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION)) {
-    getinfo = nullptr;
     return "libfabric " + std::to_string(FI_MAJOR(v)) + "." + std::to_string(FI_MINOR(v)) + " is installed; weft was built against " +
            std::to_string(FI_MAJOR_VERSION) + "." + std::to_string(FI_MINOR_VERSION) +
            " and needs at least that: install a newer libfabric1 or rebuild weft from source (npm rebuild)";

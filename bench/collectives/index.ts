@@ -18,7 +18,7 @@ import { fileURLToPath } from 'node:url';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { native, packageRoot } from '../../src/native/binding.js';
 import { resultsDir } from '../lib/stats.js';
-import { runIfMain } from '../lib/command.js';
+import { applyQuick, runIfMain } from '../lib/command.js';
 import { PEER_SYSTEMS, detect, runPeers, type PeerSystem } from '../peers/index.js';
 import { aggregate, type AggregatedRow } from './aggregate.js';
 import { measureFloor } from './floor.js';
@@ -243,16 +243,7 @@ export function collectivesCommand(): Command {
     .option('--hosts <h>', 'spread the ranks over H emulated hosts (network namespaces; needs root): --np ranks in all, with Open MPI and Gloo over the same namespaces', positiveInt)
     .addOption(new Option('--buffers <kind>', "weft's arrays: alloc (ctx.alloc, registered; peers on one host read them in place) or heap (new Float32Array)").choices(['alloc', 'heap']).default('alloc'))
     .option('--quick', 'smoke test: 2 ranks, allreduce and broadcast, 8 B and 64 KiB, 20 iterations (options given explicitly win)')
-    .action((o: CollectivesOptions & { quick?: boolean }, cmd: Command) => {
-      if (o.quick) {
-        const unset = (name: string) => cmd.getOptionValueSource(name) === 'default';
-        if (unset('np')) o.np = [2];
-        if (unset('ops')) o.ops = ['allreduce', 'broadcast'];
-        if (unset('sizes')) o.sizes = [8, 65536];
-        if (unset('iters')) o.iters = 20;
-      }
-      return runCollectives(o);
-    });
+    .action((o: CollectivesOptions & { quick?: boolean }, cmd: Command) => runCollectives(applyQuick(o, cmd, { np: [2], ops: ['allreduce', 'broadcast'], sizes: [8, 65536], iters: 20 })));
 }
 
 async function runCollectives(o: CollectivesOptions): Promise<void> {

@@ -16,3 +16,15 @@ export function runIfMain(moduleUrl: string, command: () => Command): void {
       process.exit(1);
     });
 }
+
+/**
+ * `--quick`: smaller values for the options the user left at their defaults (an option given
+ * on the command line wins). Returns `o`, changed in place.
+ */
+export function applyQuick<O extends { quick?: boolean }>(o: O, cmd: Command, quick: Partial<O>): O {
+  if (!o.quick) return o;
+  for (const [name, value] of Object.entries(quick)) {
+    if (cmd.getOptionValueSource(name) === 'default') (o as Record<string, unknown>)[name] = value;
+  }
+  return o;
+}

@@ -21,7 +21,7 @@ import { Command } from 'commander';
 import { packageRoot } from '../../src/native/binding.js';
 import { COLLECTIVE_OPS, caseBytes, isCollectiveOp, parseSize, parseSizes, withBandwidth, type CollectiveOp, type CollectiveResult, type CollectiveRow } from '../collectives/metrics.js';
 import { table } from '../lib/stats.js';
-import { runIfMain } from '../lib/command.js';
+import { applyQuick, runIfMain } from '../lib/command.js';
 import { describe, onAbandon, PeerRunError, runAll, type LaunchResult } from './spawn.js';
 
 export { PeerRunError } from './spawn.js';
@@ -355,13 +355,7 @@ export function peersCommand(): Command {
     .option('--json', 'print one JSON object per line')
     .option('--detect', 'only print which peers are available')
     .option('--quick', 'smoke test: allreduce of 8 B and 64 KiB, 10 iterations (options given explicitly win)')
-    .action((o: Parameters<typeof runPeersCommand>[0] & { quick?: boolean }, cmd: Command) => {
-      if (o.quick) {
-        if (cmd.getOptionValueSource('sizes') === 'default') o.sizes = '8,65536';
-        if (cmd.getOptionValueSource('iters') === 'default') o.iters = '10';
-      }
-      return runPeersCommand(o);
-    });
+    .action((o: Parameters<typeof runPeersCommand>[0] & { quick?: boolean }, cmd: Command) => runPeersCommand(applyQuick(o, cmd, { sizes: '8,65536', iters: '10' })));
 }
 
 async function runPeersCommand(o: { np: string; ops: string; sizes: string; systems: string; iters: string; warmup: string; byteBudget: string; timeout: string; json?: boolean; detect?: boolean }): Promise<void> {

@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { Command } from 'commander';
 import { positiveInt } from '../../src/cli/arguments.js';
-import { runIfMain } from '../lib/command.js';
+import { applyQuick, runIfMain } from '../lib/command.js';
 import { launch } from '../../src/launch/run.js';
 import { median, saveResults, table, type BenchRecord } from '../lib/stats.js';
 
@@ -116,11 +116,8 @@ export function rendezvousCommand(): Command {
     .option('--runs <n>', 'runs per point; the median is reported', positiveInt, 3)
     .option('--json', 'print one JSON object per line')
     .option('--quick', 'smoke test: 2 and 4 ranks, one run (options given explicitly win)')
-    .action(async (o: { ranks: string; stores: string; redis?: string; runs: number; json?: boolean; quick?: boolean }, cmd: Command) => {
-      if (o.quick) {
-        if (cmd.getOptionValueSource('ranks') === 'default') o.ranks = '2,4';
-        if (cmd.getOptionValueSource('runs') === 'default') o.runs = 1;
-      }
+    .action(async (opts: { ranks: string; stores: string; redis?: string; runs: number; json?: boolean; quick?: boolean }, cmd: Command) => {
+      const o = applyQuick(opts, cmd, { ranks: '2,4', runs: 1 });
       await benchRendezvous({ ranks: o.ranks.split(',').map(Number), stores: o.stores.split(','), redis: o.redis, runs: o.runs, json: !!o.json });
     });
 }
