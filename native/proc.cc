@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -22,9 +23,7 @@ namespace {
 
 // Reads /proc/<pid>/stat; returns false when the process is gone. Zombies count as gone:
 // a SIGKILLed child stays a zombie until reaped, but it will never touch memory again.
-bool ReadStat(int pid, char* state, unsigned long long* start) {
-  char path[64];
-  std::snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+bool ReadStatFile(const char* path, char* state, unsigned long long* start) {
   FILE* f = std::fopen(path, "r");
   if (f == nullptr) return false;
   char buf[1024];
@@ -44,6 +43,12 @@ bool ReadStat(int pid, char* state, unsigned long long* start) {
   }
   *start = std::strtoull(p, nullptr, 10);
   return true;
+}
+
+bool ReadStat(int pid, char* state, unsigned long long* start) {
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+  return ReadStatFile(path, state, start);
 }
 
 // The state letter of a live process (not a zombie) that started at `want` ticks (want < 0:
@@ -152,6 +157,43 @@ Napi::Value WatchLauncher(const Napi::CallbackInfo& info) {
   return Napi::Boolean::New(env, true);
 }
 
+// threadIdentity(): [pid, tid, start time of the calling thread in clock ticks]: who owns a
+// slot of a shared ring, so that a worker_thread that died holding it can be told from a slow
+// one (the pid alone stays alive when a worker is terminated).
+Napi::Value ThreadIdentity(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int pid = getpid();
+  int tid = static_cast<int>(syscall(SYS_gettid));
+  char path[96];
+  std::snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", pid, tid);
+  char state = 0;
+  unsigned long long start = 0;
+  if (!ReadStatFile(path, &state, &start)) return Fail(env, "ESYS", "threadIdentity: cannot read /proc/self/task");
+  Napi::Array out = Napi::Array::New(env, 3);
+  out.Set(0u, Napi::Number::New(env, pid));
+  out.Set(1u, Napi::Number::New(env, tid));
+  out.Set(2u, Napi::Number::New(env, static_cast<double>(start)));
+  return out;
+}
+
+// threadAlive(pid, tid, startTime): that thread still runs (not exited, not a zombie, not a
+// recycled tid) in a live process.
+Napi::Value ThreadAlive(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 3 || !info[0].IsNumber() || !info[1].IsNumber() || !info[2].IsNumber())
+    return Fail(env, "EINVAL", "threadAlive(pid: number, tid: number, startTime: number)");
+  int pid = info[0].As<Napi::Number>().Int32Value();
+  int tid = info[1].As<Napi::Number>().Int32Value();
+  double want = info[2].As<Napi::Number>().DoubleValue();
+  if (pid <= 0 || tid <= 0 || LiveState(pid, -1) == 0) return Napi::Boolean::New(env, false);
+  char path[96];
+  std::snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", pid, tid);
+  char state = 0;
+  unsigned long long start = 0;
+  bool alive = ReadStatFile(path, &state, &start) && state != 'Z' && state != 'X' && static_cast<double>(start) == want;
+  return Napi::Boolean::New(env, alive);
+}
+
 // yieldThread(): gives the core to another runnable process (oversubscribed ranks).
 napi_value YieldThread(napi_env env, napi_callback_info info) {
   sched_yield();
@@ -205,6 +247,8 @@ void InitProc(Napi::Env env, Napi::Object exports) {
   exports.Set("processAlive", Napi::Function::New(env, ProcessAlive, "processAlive"));
   exports.Set("watchLauncher", Napi::Function::New(env, WatchLauncher, "watchLauncher"));
   exports.Set("processState", Napi::Function::New(env, ProcessState, "processState"));
+  exports.Set("threadIdentity", Napi::Function::New(env, ThreadIdentity, "threadIdentity"));
+  exports.Set("threadAlive", Napi::Function::New(env, ThreadAlive, "threadAlive"));
   napi_value fn;
   napi_create_function(env, "yieldThread", NAPI_AUTO_LENGTH, YieldThread, nullptr, &fn);
   exports.Set("yieldThread", Napi::Value(env, fn));

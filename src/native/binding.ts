@@ -112,6 +112,10 @@ export interface NativeBinding {
   watchLauncher(pid: number, startTime: number, graceMs: number): boolean;
   /** The state letter of /proc/<pid>/stat ('T': stopped), '' when gone or a recycled pid. */
   processState(pid: number, startTime?: number): string;
+  /** [pid, tid, start time in clock ticks] of the calling thread. */
+  threadIdentity(): [number, number, number];
+  /** That thread of that process still runs (not exited, not a recycled tid). */
+  threadAlive(pid: number, tid: number, startTime: number): boolean;
   yieldThread(): void;
   /** Pins the calling thread to one CPU (sched_setaffinity); false if refused. */
   bindToCpu(cpu: number): boolean;

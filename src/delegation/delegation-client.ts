@@ -1,0 +1,328 @@
+/**
+ * The client side of delegationrpc: any thread of any process on the host writes requests
+ * straight into a server's shared ring (fetch_add on head, write, commit: section 2.2 of the
+ * design notes) and reads the answers from its own response slots.
+ *
+ * @example
+ * ```ts
+ * import { DelegationClient } from 'weftjs/delegation';
+ * const client = DelegationClient.connect(serverName);
+ * const req = new Uint8Array(32);
+ * client.call(req, 'my token');
+ * while (client.poll((token, response) => console.log(token, response)) === 0) client.waitSync({ timeoutMs: 1000 });
+ * client.close();
+ * ```
+ */
+import { availableParallelism } from 'node:os';
+import { WeftError } from '../errors.js';
+import { FutexBell, ringBell } from '../host/futex-bell.js';
+import { waitAsync, waitSync, type WaitPlan } from '../host/wait.js';
+import { Deadline, type WaitOptions } from '../util/deadline.js';
+import {
+  attachedClients, CLIENT, CLIENT_ATTACHED, CLIENT_CLAIMING, CLIENT_CLOSING, CLIENT_FREE, CLIENT_RECORD, CLIENT_RELEASED, H, PHASE_ABANDONED, PHASE_IDLE, PHASE_RESERVED,
+  PHASE_RESERVING, readHeader, RESP, SERVER, SLOT, type DelegationLayout,
+} from './delegation-layout.js';
+import { ServerDisconnected } from './errors.js';
+import { ownerAlive, ownerLabel, writeOwner } from './owner.js';
+import { openLayerSegment } from './segment.js';
+
+/** Options of DelegationClient.connect. */
+export interface DelegationClientOptions {
+  /** Expected request size: a mismatch with the ring's is refused at connect. */
+  requestBytes?: number;
+  /** Expected response size: a mismatch with the ring's is refused at connect. */
+  responseBytes?: number;
+  /** Timeout of a call that waits for ring space (default WEFT_TIMEOUT_MS or 30 s). */
+  timeoutMs?: number;
+}
+
+/** Called by poll() for each response: the call's user data and the response bytes (a view, valid during the call). */
+export type ResponseHandler<U> = (userData: U, response: Uint8Array, respSlot: number) => void;
+
+const HEAD_W = H.HEAD >> 2;
+const TAIL_W = H.TAIL >> 2;
+/** Calls between checks that the server's thread still lives (the flag covers a clean close). */
+const LIVENESS_EVERY = 1024;
+/** ... and at most this often (a dead server is also found by every wait's probe). */
+const LIVENESS_MS = 50;
+
+/** One client of a delegationrpc ring. Not shared between threads: each thread connects its own. */
+export class DelegationClient<U = unknown> {
+  /** This client's id in the ring (its response slots). */
+  readonly clientId: number;
+  readonly layout: DelegationLayout;
+  private readonly name: string;
+  private readonly u8: Uint8Array;
+  private readonly i32: Int32Array;
+  private readonly base: number;
+  private readonly srv: number;
+  private readonly ringMask: number;
+  private readonly respMask: number;
+  private readonly respBase: number;
+  private readonly payloads: Uint8Array[] = [];
+  private readonly responses: Uint8Array[] = [];
+  private readonly users: (U | undefined)[];
+  private readonly busy: Uint8Array;
+  private readonly bell: FutexBell;
+  private readonly tailBell: FutexBell;
+  private readonly timeoutMs?: number;
+  private nextResp = 0;
+  private oldest = 0;
+  private inflight = 0;
+  private calls = 0;
+  private openOffset = -1;
+  private openSlot = 0;
+  private pendingPos = 0;
+  private closed = false;
+  private lastLiveness = 0;
+
+  private constructor(name: string, sab: SharedArrayBuffer, layout: DelegationLayout, clientId: number, o: DelegationClientOptions) {
+    this.name = name;
+    this.layout = layout;
+    this.clientId = clientId;
+    this.u8 = new Uint8Array(sab);
+    this.i32 = new Int32Array(sab);
+    this.base = (layout.ext + 64 + clientId * CLIENT_RECORD) >> 2;
+    this.srv = layout.ext >> 2;
+    this.ringMask = layout.ringDepth - 1;
+    this.respMask = layout.respDepth - 1;
+    this.respBase = layout.respArea + clientId * layout.respDepth * layout.respSlot;
+    for (let i = 0; i < layout.ringDepth; i++) this.payloads.push(new Uint8Array(sab, H.RING + i * layout.reqSlot + SLOT.PAYLOAD, layout.requestBytes));
+    for (let s = 0; s < layout.respDepth; s++) this.responses.push(new Uint8Array(sab, this.respBase + s * layout.respSlot + RESP.PAYLOAD, layout.responseBytes));
+    this.users = new Array<U | undefined>(layout.respDepth).fill(undefined);
+    this.busy = new Uint8Array(layout.respDepth);
+    this.bell = new FutexBell(this.i32, this.base + CLIENT.SLEEPING, this.base + CLIENT.BELL);
+    this.tailBell = new FutexBell(this.i32, this.srv + SERVER.TAIL_SLEEPING, this.srv + SERVER.TAIL_BELL);
+    this.timeoutMs = o.timeoutMs;
+  }
+
+  /**
+   * Maps the server's segment, checks its header (EPROTO when it is not a DLGRPCV1 ring of
+   * this version) and claims a client id (EINVAL when max_clients are already attached).
+   */
+  static connect<U = unknown>(name: string, options: DelegationClientOptions = {}): DelegationClient<U> {
+    const sab = openLayerSegment(name, 'DelegationClient.connect');
+    const layout = readHeader(sab, name);
+    for (const k of ['requestBytes', 'responseBytes'] as const) {
+      if (options[k] !== undefined && options[k] !== layout[k]) throw new WeftError('EINVAL', `DelegationClient.connect: ${k} ${options[k]}, but the ring at ${name} was made with ${layout[k]}`);
+    }
+    const u8 = new Uint8Array(sab);
+    const i32 = new Int32Array(sab);
+    if (Atomics.load(u8, H.SERVER_ALIVE) !== 1 || !ownerAlive(i32, layout.ext >> 2)) throw new ServerDisconnected(`DelegationClient.connect: the server of ${name} is gone (closed or dead); start it again and connect to the name it reports`);
+    const id = claim(i32, layout);
+    if (id < 0) throw new WeftError('EINVAL', `DelegationClient.connect: ${name} already has max_clients = ${layout.maxClients} clients attached; close one, or create the server with a larger maxClients`);
+    const client = new DelegationClient<U>(name, sab, layout, id, options);
+    const base = client.base;
+    writeOwner(i32, base);
+    Atomics.store(i32, base + CLIENT.PHASE, PHASE_IDLE);
+    for (let s = 0; s < layout.respDepth; s++) Atomics.store(u8, client.respBase + s * layout.respSlot + RESP.VALID, 0);
+    Atomics.store(i32, base + CLIENT.STATE, CLIENT_ATTACHED);
+    return client;
+  }
+
+  /** Calls issued whose responses poll() has not yet delivered. */
+  get inFlight(): number {
+    return this.inflight;
+  }
+
+  /**
+   * Sends `payload` (at most requestBytes; the rest of the slot is left as is) with
+   * `userData` for poll() to hand back. False when every response slot is taken: poll and
+   * call again. Waits (spin, yield, sleep) while the ring is full, at most timeoutMs.
+   */
+  call(payload: Uint8Array, userData?: U): boolean {
+    if (payload.length > this.layout.requestBytes) throw new WeftError('EINVAL', `DelegationClient ${this.clientId}: request of ${payload.length} bytes, the ring at ${this.name} takes ${this.layout.requestBytes}`);
+    const view = this.begin(userData);
+    if (view === null) return false;
+    view.set(payload);
+    this.commit();
+    return true;
+  }
+
+  /**
+   * The first phase of a call: reserves a response slot and a ring slot (fetch_add on head,
+   * then waits for space) and returns the slot's request bytes to fill in place; commit()
+   * publishes them. Null when every response slot is taken.
+   */
+  begin(userData?: U): Uint8Array | null {
+    if (this.closed) throw new WeftError('ECLOSED', `DelegationClient ${this.clientId} of ${this.name} is closed`);
+    if (this.openOffset >= 0) throw new WeftError('EINVAL', `DelegationClient ${this.clientId}: begin() twice without commit()`);
+    if (this.inflight === this.layout.respDepth) return null;
+    let s = this.nextResp;
+    while (this.busy[s] !== 0) s = (s + 1) & this.respMask;
+    if (Atomics.load(this.u8, H.SERVER_ALIVE) !== 1 || ((++this.calls & (LIVENESS_EVERY - 1)) === 0 && this.livenessDue())) this.checkServer('call');
+    const i32 = this.i32;
+    const base = this.base;
+    // The phase words let the server tell whose hole it is if this thread dies in between.
+    i32[base + CLIENT.PHASE] = PHASE_RESERVING;
+    const pos = Atomics.add(i32, HEAD_W, 1);
+    if (pos === -1) Atomics.add(i32, HEAD_W + 1, 1); // carry into head's high word
+    i32[base + CLIENT.RESERVED_POS] = pos;
+    i32[base + CLIENT.PHASE] = PHASE_RESERVED;
+    if ((pos - Atomics.load(i32, TAIL_W)) >>> 0 >= this.layout.ringDepth) this.waitForSpace(pos);
+    const off = H.RING + (pos & this.ringMask) * this.layout.reqSlot;
+    i32[(off + SLOT.CLIENT_ID) >> 2] = this.clientId;
+    i32[(off + SLOT.RESP_SLOT) >> 2] = s;
+    this.users[s] = userData;
+    this.openOffset = off;
+    this.openSlot = s;
+    return this.payloads[pos & this.ringMask];
+  }
+
+  /** The second phase: publishes the request begun by begin(). */
+  commit(): void {
+    const off = this.openOffset;
+    if (off < 0) throw new WeftError('EINVAL', `DelegationClient ${this.clientId}: commit() without begin()`);
+    Atomics.store(this.u8, off + SLOT.COMMITTED, 1);
+    this.i32[this.base + CLIENT.PHASE] = PHASE_IDLE;
+    this.openOffset = -1;
+    const s = this.openSlot;
+    this.busy[s] = 1;
+    this.inflight++;
+    this.nextResp = (s + 1) & this.respMask;
+    ringBell(this.i32, this.srv + SERVER.SLEEPING, this.srv + SERVER.BELL);
+  }
+
+  /**
+   * Delivers the responses that have arrived (each to `onResponse` with its call's user
+   * data) and frees their slots; returns how many.
+   */
+  poll(onResponse?: ResponseHandler<U>): number {
+    if (this.inflight === 0) return 0;
+    // Answers mostly come in call order: deliver the run of answered slots from the oldest
+    // call, and look further (every busy slot) only when that run is empty. Reading slots the
+    // server has not written yet would pull their cache lines away from it.
+    const n = this.deliver(onResponse, true);
+    return n > 0 ? n : this.deliver(onResponse, false);
+  }
+
+  private deliver(onResponse: ResponseHandler<U> | undefined, prefixOnly: boolean): number {
+    let left = this.inflight;
+    const u8 = this.u8;
+    const slot = this.layout.respSlot;
+    const mask = this.respMask;
+    const busy = this.busy;
+    let n = 0;
+    let s = this.oldest;
+    let oldest = -1;
+    for (let k = 0; k <= mask && left > 0; k++, s = (s + 1) & mask) {
+      if (busy[s] === 0) continue;
+      left--;
+      const off = this.respBase + s * slot;
+      if (Atomics.load(u8, off) !== 1) {
+        if (oldest < 0) oldest = s;
+        if (prefixOnly) break;
+        continue;
+      }
+      const user = this.users[s] as U;
+      this.users[s] = undefined;
+      // The slot stays busy during the handler, so a call made from it cannot take it.
+      onResponse?.(user, this.responses[s], s);
+      Atomics.store(u8, off, 0);
+      busy[s] = 0;
+      this.inflight--;
+      n++;
+    }
+    if (oldest >= 0) this.oldest = oldest;
+    else if (left === 0) this.oldest = this.inflight === 0 ? this.nextResp : this.firstBusy(s);
+    return n;
+  }
+
+  /** The first busy slot from `s` on (the oldest call still in flight). */
+  private firstBusy(s: number): number {
+    const mask = this.respMask;
+    for (let k = 0; k <= mask; k++, s = (s + 1) & mask) if (this.busy[s] !== 0) return s;
+    return this.nextResp;
+  }
+
+  /** A response is waiting (what wait() waits for). */
+  ready(): boolean {
+    let left = this.inflight;
+    const mask = this.respMask;
+    for (let k = 0, s = this.oldest; k <= mask && left > 0; k++, s = (s + 1) & mask) {
+      if (this.busy[s] === 0) continue;
+      left--;
+      if (Atomics.load(this.u8, this.respBase + s * this.layout.respSlot) === 1) return true;
+    }
+    return false;
+  }
+
+  private readonly isReady = () => this.ready();
+
+  /** Blocks until a response arrives; ServerDisconnected when the server goes away first. */
+  waitSync(options: WaitOptions = {}): void {
+    if (this.ready()) return;
+    this.checkIdle('waitSync');
+    waitSync(this.isReady, this.bell, this.plan('waitSync for responses', options));
+  }
+
+  /** Resolves when a response arrives; rejects with ServerDisconnected when the server goes away first. */
+  wait(options: WaitOptions = {}): Promise<void> {
+    if (this.ready()) return Promise.resolve();
+    this.checkIdle('wait');
+    return waitAsync(this.isReady, this.bell, this.plan('wait for responses', options));
+  }
+
+  /** Detaches: the id is freed once the server has answered what is still in flight. */
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    Atomics.store(this.i32, this.base + CLIENT.PHASE, PHASE_IDLE);
+    Atomics.store(this.i32, this.base + CLIENT.STATE, this.inflight === 0 ? CLIENT_RELEASED : CLIENT_CLOSING);
+  }
+
+  /** True at most every LIVENESS_MS: reading /proc costs microseconds. */
+  private livenessDue(): boolean {
+    const now = performance.now();
+    if (now - this.lastLiveness < LIVENESS_MS) return false;
+    this.lastLiveness = now;
+    return true;
+  }
+
+  private checkIdle(what: string): void {
+    if (this.inflight === 0) throw new WeftError('EINVAL', `DelegationClient ${this.clientId}: ${what} with no call in flight would never end`);
+  }
+
+  /** Throws ServerDisconnected when the server closed or its thread is gone. */
+  private checkServer(what: string): void {
+    if (Atomics.load(this.u8, H.SERVER_ALIVE) === 1 && Atomics.load(this.i32, this.srv + SERVER.STATE) === 1 && ownerAlive(this.i32, this.srv)) return;
+    const closed = Atomics.load(this.u8, H.SERVER_ALIVE) !== 1;
+    throw new ServerDisconnected(`DelegationClient ${this.clientId}: ${what}: the server of ${this.name} (${ownerLabel(this.i32, this.srv)}) ${closed ? 'closed the ring' : 'died'}; ${this.inflight} call(s) in flight are lost; reconnect to a new server`);
+  }
+
+  private plan(what: string, options: WaitOptions): WaitPlan {
+    return {
+      oversubscribed: attachedClients(this.i32, this.layout) + 1 > availableParallelism(),
+      call: { deadline: new Deadline(options.timeoutMs ?? this.timeoutMs, options.signal), what: `DelegationClient ${this.clientId} of ${this.name}: ${what}` },
+      probe: () => this.checkServer(what),
+    };
+  }
+
+  /** The ring is full at `pos`: wait for the server's tail. On failure the position is abandoned. */
+  private waitForSpace(pos: number): void {
+    this.pendingPos = pos;
+    try {
+      waitSync(this.hasSpace, this.tailBell, this.plan('call (waiting for ring space)', {}));
+    } catch (err) {
+      // The slot stays reserved but unwritten: mark it abandoned so the server skips it.
+      this.i32[this.base + CLIENT.PHASE] = PHASE_ABANDONED;
+      this.closed = true;
+      Atomics.store(this.i32, this.base + CLIENT.STATE, this.inflight === 0 ? CLIENT_RELEASED : CLIENT_CLOSING);
+      throw err;
+    }
+  }
+
+  private readonly hasSpace = () => (this.pendingPos - Atomics.load(this.i32, TAIL_W)) >>> 0 < this.layout.ringDepth;
+}
+
+/** Claims a client id: the next never-used one, else a released one; -1 when none is free. */
+function claim(i32: Int32Array, l: DelegationLayout): number {
+  const stateWord = (c: number) => ((l.ext + 64 + c * CLIENT_RECORD) >> 2) + CLIENT.STATE;
+  const next = Atomics.add(i32, H.NEXT_CLIENT_ID >> 2, 1);
+  if (next >= 0 && next < l.maxClients && Atomics.compareExchange(i32, stateWord(next), CLIENT_FREE, CLIENT_CLAIMING) === CLIENT_FREE) return next;
+  if (next >= l.maxClients) Atomics.sub(i32, H.NEXT_CLIENT_ID >> 2, 1); // keep the counter from creeping
+  for (let c = 0; c < l.maxClients; c++) {
+    if (Atomics.compareExchange(i32, stateWord(c), CLIENT_RELEASED, CLIENT_CLAIMING) === CLIENT_RELEASED) return c;
+  }
+  return -1;
+}

@@ -1,0 +1,354 @@
+/**
+ * The server side of delegationrpc: one thread (a daemon) drains a shared MPSC request ring
+ * that any number of client threads and processes write with a fetch_add and a commit
+ * (section 2.2 of the design notes). It answers into each client's own response slots.
+ *
+ * @example
+ * ```ts
+ * import { DelegationServer } from 'weftjs/delegation';
+ * const server = DelegationServer.create({ maxClients: 4, ringDepth: 1024, respDepth: 64, requestBytes: 32, responseBytes: 32 });
+ * // give server.name to the clients (a worker's workerData, a child's argv)
+ * for (;;) {
+ *   if (server.poll() === 0) { server.waitSync({ timeoutMs: 60_000 }); continue; }
+ *   for (let e = server.recv(); e !== null; e = server.recv()) server.reply(e.clientId, e.respSlot, e.payload);
+ *   server.advanceTail();
+ * }
+ * ```
+ */
+import { availableParallelism } from 'node:os';
+import { WeftError } from '../errors.js';
+import { ringBell, FutexBell } from '../host/futex-bell.js';
+import { unlinkSegment } from '../host/segments.js';
+import { waitAsync, waitSync, type WaitPlan } from '../host/wait.js';
+import { Deadline, type WaitOptions } from '../util/deadline.js';
+import {
+  attachedClients, checkGeometry, CLIENT, CLIENT_ATTACHED, CLIENT_CLOSING, CLIENT_DEAD, CLIENT_RECORD, CLIENT_RELEASED, H, layoutOf, PHASE_RESERVED, PHASE_RESERVING,
+  RESP, SERVER, SLOT, writeHeader, type DelegationGeometry, type DelegationLayout,
+} from './delegation-layout.js';
+import { ownerAlive, writeOwner } from './owner.js';
+import { createLayerSegment, defaultJob } from './segment.js';
+
+/** Options of DelegationServer.create. */
+export interface DelegationServerOptions extends Partial<DelegationGeometry> {
+  /** Job name the segment is filed under (default WEFT_JOB or 'weft'). */
+  job?: string;
+  /**
+   * How long a hole (a reserved slot not committed) may stall the ring before the server
+   * asks whose it is; a hole whose owner is dead (or that nobody owns) is then skipped.
+   */
+  holeTimeoutMs?: number;
+  /** How often a busy server checks that its clients' threads still live. */
+  reapIntervalMs?: number;
+}
+
+/** A request taken off the ring; valid until the next advanceTail(). */
+export interface RecvEntry {
+  /** Who sent it: pass to reply(). */
+  clientId: number;
+  /** Which of the client's response slots the answer goes to: pass to reply(). */
+  respSlot: number;
+  /** The request's bytes, a view into the ring slot (requestBytes long). */
+  payload: Uint8Array;
+}
+
+/** Counters of what the server did about faults. */
+export interface DelegationServerStats {
+  /** Holes skipped because their owner was dead or nobody owned them. */
+  holesSkipped: number;
+  /** Clients found dead and detached. */
+  clientsReaped: number;
+  /** Entries refused for a client id or response slot out of range. */
+  malformed: number;
+}
+
+const HEAD_W = H.HEAD >> 2;
+const TAIL_W = H.TAIL >> 2;
+
+/** The server of one delegationrpc ring (the thread that creates it owns it). */
+export class DelegationServer {
+  /** The segment's name: what clients pass to DelegationClient.connect. */
+  readonly name: string;
+  readonly layout: DelegationLayout;
+  readonly stats: DelegationServerStats = { holesSkipped: 0, clientsReaped: 0, malformed: 0 };
+  private readonly u8: Uint8Array;
+  private readonly i32: Int32Array;
+  private readonly ringMask: number;
+  private readonly srv: number;
+  private readonly payloads: Uint8Array[] = [];
+  private readonly replies: Uint8Array[] = [];
+  private readonly outstanding: Int32Array;
+  private readonly entry: RecvEntry;
+  private readonly bell: FutexBell;
+  private readonly holeTimeoutMs: number;
+  private readonly reapIntervalMs: number;
+  private cursor = 0;
+  private cursorHi = 0;
+  private cachedHead = 0;
+  private tail = 0;
+  private holeActive = false;
+  private holePos = 0;
+  private holeSince = 0;
+  private holePolls = 0;
+  private polls = 0;
+  private lastReap = 0;
+  private closed = false;
+
+  private constructor(name: string, sab: SharedArrayBuffer, layout: DelegationLayout, o: DelegationServerOptions) {
+    this.name = name;
+    this.layout = layout;
+    this.u8 = new Uint8Array(sab);
+    this.i32 = new Int32Array(sab);
+    this.ringMask = layout.ringDepth - 1;
+    this.srv = layout.ext >> 2;
+    for (let i = 0; i < layout.ringDepth; i++) this.payloads.push(new Uint8Array(sab, H.RING + i * layout.reqSlot + SLOT.PAYLOAD, layout.requestBytes));
+    for (let i = 0; i < layout.maxClients * layout.respDepth; i++) this.replies.push(new Uint8Array(sab, layout.respArea + i * layout.respSlot + RESP.PAYLOAD, layout.responseBytes));
+    this.outstanding = new Int32Array(layout.maxClients);
+    this.entry = { clientId: 0, respSlot: 0, payload: this.payloads[0] };
+    this.bell = new FutexBell(this.i32, this.srv + SERVER.SLEEPING, this.srv + SERVER.BELL);
+    this.holeTimeoutMs = o.holeTimeoutMs ?? 100;
+    this.reapIntervalMs = o.reapIntervalMs ?? 100;
+  }
+
+  /** Creates the ring's segment (0600, in /dev/shm) and starts serving it. */
+  static create(options: DelegationServerOptions = {}): DelegationServer {
+    const g: DelegationGeometry = {
+      maxClients: options.maxClients ?? 16,
+      ringDepth: options.ringDepth ?? 1024,
+      respDepth: options.respDepth ?? 64,
+      requestBytes: options.requestBytes ?? 32,
+      responseBytes: options.responseBytes ?? 32,
+    };
+    checkGeometry(g, 'DelegationServer.create');
+    for (const k of ['holeTimeoutMs', 'reapIntervalMs'] as const) {
+      const v = options[k];
+      if (v !== undefined && !(typeof v === 'number' && v > 0)) throw new WeftError('EINVAL', `DelegationServer.create: ${k} must be a positive number of milliseconds, got ${String(v)}`);
+    }
+    const layout = layoutOf(g);
+    const { name, sab } = createLayerSegment(options.job ?? defaultJob(), 'dlgrpc', layout.total);
+    writeHeader(new DataView(sab), layout);
+    const server = new DelegationServer(name, sab, layout, options);
+    writeOwner(server.i32, server.srv);
+    Atomics.store(server.i32, server.srv + SERVER.STATE, 1);
+    Atomics.store(server.u8, H.SERVER_ALIVE, 1);
+    return server;
+  }
+
+  /**
+   * Counts the committed requests from the cursor up to the first hole (a slot reserved
+   * but not yet committed); recv() then takes them. A hole that outlives holeTimeoutMs is
+   * examined: skipped when its owner is dead or nobody owns it.
+   */
+  poll(): number {
+    const head = Atomics.load(this.i32, HEAD_W);
+    this.cachedHead = head;
+    const u8 = this.u8;
+    const mask = this.ringMask;
+    const slot = this.layout.reqSlot;
+    const depth = this.layout.ringDepth;
+    let p = this.cursor;
+    let n = 0;
+    // At most one lap: a hostile head or committed flags cannot make this loop long.
+    while (p !== head && n < depth && Atomics.load(u8, H.RING + (p & mask) * slot) === 1) {
+      p = (p + 1) | 0;
+      n++;
+    }
+    if (n === 0 && p !== head) this.onHole();
+    else this.holeActive = false;
+    if ((++this.polls & 1023) === 0) this.maybeReap();
+    return n;
+  }
+
+  /** Takes the next committed request, or null (nothing committed at the cursor). */
+  recv(): RecvEntry | null {
+    const p = this.cursor;
+    if (p === this.cachedHead) return null;
+    const off = H.RING + (p & this.ringMask) * this.layout.reqSlot;
+    if (Atomics.load(this.u8, off) !== 1) return null;
+    const clientId = this.i32[(off + SLOT.CLIENT_ID) >> 2] >>> 0;
+    const respSlot = this.i32[(off + SLOT.RESP_SLOT) >> 2] >>> 0;
+    Atomics.store(this.u8, off, 0);
+    this.step();
+    if (clientId >= this.layout.maxClients || respSlot >= this.layout.respDepth) {
+      this.stats.malformed++;
+      throw new WeftError('EPROTO', `delegationrpc server ${this.name}: request at position ${p >>> 0} names client ${clientId} and response slot ${respSlot} (max_clients ${this.layout.maxClients}, resp_depth ${this.layout.respDepth}): dropped; something other than a weft client wrote into the ring`);
+    }
+    this.outstanding[clientId]++;
+    const e = this.entry;
+    e.clientId = clientId;
+    e.respSlot = respSlot;
+    e.payload = this.payloads[p & this.ringMask];
+    return e;
+  }
+
+  /** Publishes the cursor as the ring's tail: clients waiting for space go on. */
+  advanceTail(): void {
+    const c = this.cursor;
+    if (c === this.tail) return;
+    this.tail = c;
+    Atomics.store(this.i32, TAIL_W + 1, this.cursorHi);
+    Atomics.store(this.i32, TAIL_W, c);
+    ringBell(this.i32, this.srv + SERVER.TAIL_SLEEPING, this.srv + SERVER.TAIL_BELL);
+  }
+
+  /** The response payload view of (client, slot): fill it, then reply(client, slot). */
+  responseView(clientId: number, respSlot: number): Uint8Array {
+    return this.replies[this.slotIndex(clientId, respSlot, 'responseView')];
+  }
+
+  /**
+   * Answers a request: copies `payload` (at most responseBytes; omit it after filling
+   * responseView) into the client's response slot and marks it valid. A client that closed
+   * or died meanwhile is not written to.
+   */
+  reply(clientId: number, respSlot: number, payload?: Uint8Array): void {
+    const index = this.slotIndex(clientId, respSlot, 'reply');
+    const left = --this.outstanding[clientId];
+    const base = this.clientBase(clientId);
+    const state = Atomics.load(this.i32, base + CLIENT.STATE);
+    if (state === CLIENT_ATTACHED || state === CLIENT_CLOSING) {
+      if (payload !== undefined) {
+        if (payload.length > this.layout.responseBytes) throw new WeftError('EINVAL', `delegationrpc server ${this.name}: reply of ${payload.length} bytes, the ring's responses are ${this.layout.responseBytes} bytes`);
+        this.replies[index].set(payload);
+      }
+      Atomics.store(this.u8, this.layout.respArea + index * this.layout.respSlot + RESP.VALID, 1);
+      ringBell(this.i32, base + CLIENT.SLEEPING, base + CLIENT.BELL);
+      if (state === CLIENT_CLOSING && left <= 0) this.release(clientId, CLIENT_CLOSING);
+    } else if (state === CLIENT_DEAD && left <= 0) {
+      this.release(clientId, CLIENT_DEAD);
+    }
+  }
+
+  /** Requests are waiting at the cursor (what wait() waits for). */
+  ready(): boolean {
+    return this.closed || Atomics.load(this.u8, H.RING + (this.cursor & this.ringMask) * this.layout.reqSlot) === 1;
+  }
+
+  private readonly isReady = () => this.ready();
+
+  /** Blocks until a request is committed (spin, yield, then sleep on a futex). */
+  waitSync(options: WaitOptions = {}): void {
+    if (this.ready()) return;
+    waitSync(this.isReady, this.bell, this.plan('waitSync', options));
+  }
+
+  /** Resolves when a request is committed; the event loop runs meanwhile. */
+  wait(options: WaitOptions = {}): Promise<void> {
+    if (this.ready()) return Promise.resolve();
+    return waitAsync(this.isReady, this.bell, this.plan('wait', options));
+  }
+
+  /** Marks the server gone (clients' calls and waits fail with ServerDisconnected) and unlinks the segment. */
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    Atomics.store(this.u8, H.SERVER_ALIVE, 0);
+    Atomics.store(this.i32, this.srv + SERVER.STATE, 0);
+    // Wake every sleeper: they find the server gone.
+    Atomics.add(this.i32, this.srv + SERVER.TAIL_BELL, 1);
+    for (let c = 0; c < this.layout.maxClients; c++) {
+      const base = this.clientBase(c);
+      Atomics.add(this.i32, base + CLIENT.BELL, 1);
+      ringBell(this.i32, base + CLIENT.SLEEPING, base + CLIENT.BELL);
+    }
+    ringBell(this.i32, this.srv + SERVER.TAIL_SLEEPING, this.srv + SERVER.TAIL_BELL);
+    unlinkSegment(this.name);
+  }
+
+  private plan(what: string, options: WaitOptions): WaitPlan {
+    return {
+      oversubscribed: attachedClients(this.i32, this.layout) + 1 > availableParallelism(),
+      call: { deadline: new Deadline(options.timeoutMs, options.signal), what: `delegationrpc server ${this.name}: ${what} for requests` },
+      probe: () => {
+        this.poll();
+        this.maybeReap();
+      },
+    };
+  }
+
+  private slotIndex(clientId: number, respSlot: number, what: string): number {
+    if (!(clientId >>> 0 === clientId && clientId < this.layout.maxClients)) throw new WeftError('EINVAL', `delegationrpc server ${this.name}: ${what}: client id ${clientId} out of [0, ${this.layout.maxClients})`);
+    if (!(respSlot >>> 0 === respSlot && respSlot < this.layout.respDepth)) throw new WeftError('EINVAL', `delegationrpc server ${this.name}: ${what}: response slot ${respSlot} out of [0, ${this.layout.respDepth})`);
+    return clientId * this.layout.respDepth + respSlot;
+  }
+
+  private clientBase(c: number): number {
+    return (this.layout.ext + 64 + c * CLIENT_RECORD) >> 2;
+  }
+
+  private step(): void {
+    this.cursor = (this.cursor + 1) | 0;
+    if (this.cursor === 0) this.cursorHi = (this.cursorHi + 1) | 0;
+  }
+
+  /** The cursor sits on a hole: note since when, and examine it once it is old. */
+  private onHole(): void {
+    if (!this.holeActive || this.holePos !== this.cursor) {
+      this.holeActive = true;
+      this.holePos = this.cursor;
+      this.holeSince = performance.now();
+      this.holePolls = 0;
+      return;
+    }
+    // A hole is normal for the nanoseconds between a client's fetch_add and its commit: look
+    // at the clock only every 256th poll that finds one.
+    if ((++this.holePolls & 255) !== 0) return;
+    const now = performance.now();
+    if (now - this.holeSince < this.holeTimeoutMs) return;
+    this.holeSince = now;
+    // A client waiting for space behind the hole must see every slot the server freed.
+    this.advanceTail();
+    if (this.holeIsOwnedByLiveClient()) return;
+    // Dead owner, a call abandoned on timeout, or nobody (a stray write to head): skip it.
+    this.step();
+    this.stats.holesSkipped++;
+    this.holeActive = false;
+    this.advanceTail();
+  }
+
+  /**
+   * Whether a live client may own the hole at the cursor: one in the middle of reserving (its
+   * position not yet published), or one that published this position and has not committed
+   * (a slow committer). Dead clients found on the way are detached.
+   */
+  private holeIsOwnedByLiveClient(): boolean {
+    let live = false;
+    for (let c = 0; c < this.layout.maxClients; c++) {
+      const base = this.clientBase(c);
+      const state = Atomics.load(this.i32, base + CLIENT.STATE);
+      if (state !== CLIENT_ATTACHED && state !== CLIENT_CLOSING) continue;
+      const phase = Atomics.load(this.i32, base + CLIENT.PHASE);
+      const mayOwn = phase === PHASE_RESERVING || (phase === PHASE_RESERVED && Atomics.load(this.i32, base + CLIENT.RESERVED_POS) === this.cursor);
+      if (!mayOwn) continue;
+      if (ownerAlive(this.i32, base)) live = true;
+      else this.detach(c, state);
+    }
+    return live;
+  }
+
+  private maybeReap(): void {
+    const now = performance.now();
+    if (now - this.lastReap < this.reapIntervalMs) return;
+    this.lastReap = now;
+    for (let c = 0; c < this.layout.maxClients; c++) {
+      const base = this.clientBase(c);
+      const state = Atomics.load(this.i32, base + CLIENT.STATE);
+      if ((state === CLIENT_ATTACHED || state === CLIENT_CLOSING) && !ownerAlive(this.i32, base)) this.detach(c, state);
+      else if (state === CLIENT_DEAD && this.outstanding[c] <= 0) this.release(c, CLIENT_DEAD);
+    }
+  }
+
+  private detach(c: number, from: number): void {
+    const base = this.clientBase(c);
+    if (Atomics.compareExchange(this.i32, base + CLIENT.STATE, from, CLIENT_DEAD) !== from) return;
+    this.stats.clientsReaped++;
+    if (this.outstanding[c] <= 0) this.release(c, CLIENT_DEAD);
+  }
+
+  /** Frees a client id for reuse once nothing more will be written to its slots. */
+  private release(c: number, from: number): void {
+    this.outstanding[c] = 0;
+    const l = this.layout;
+    for (let s = 0; s < l.respDepth; s++) Atomics.store(this.u8, l.respArea + (c * l.respDepth + s) * l.respSlot + RESP.VALID, 0);
+    Atomics.compareExchange(this.i32, this.clientBase(c) + CLIENT.STATE, from, CLIENT_RELEASED);
+  }
+}
