@@ -19,9 +19,10 @@ import { FutexBell, ringBell } from '../host/futex-bell.js';
 import { waitAsync, waitSync, type WaitPlan } from '../host/wait.js';
 import { Deadline, type WaitOptions } from '../util/deadline.js';
 import {
-  attachedClients, CLIENT, CLIENT_ATTACHED, CLIENT_CLAIMING, CLIENT_CLOSING, CLIENT_FREE, CLIENT_RECORD, CLIENT_RELEASED, H, PHASE_ABANDONED, PHASE_IDLE, PHASE_RESERVED,
+  attachedClients, CLIENT, CLIENT_ATTACHED, CLIENT_CLOSING, CLIENT_RECORD, CLIENT_RELEASED, H, PHASE_ABANDONED, PHASE_IDLE, PHASE_RESERVED,
   PHASE_RESERVING, readHeader, RESP, SERVER, SLOT, type DelegationLayout,
 } from './delegation-layout.js';
+import { claimId } from './claim.js';
 import { ServerDisconnected } from './errors.js';
 import { ownerAlive, ownerLabel, writeOwner } from './owner.js';
 import { openLayerSegment } from './segment.js';
@@ -109,7 +110,7 @@ export class DelegationClient<U = unknown> {
     const u8 = new Uint8Array(sab);
     const i32 = new Int32Array(sab);
     if (Atomics.load(u8, H.SERVER_ALIVE) !== 1 || !ownerAlive(i32, layout.ext >> 2)) throw new ServerDisconnected(`DelegationClient.connect: the server of ${name} is gone (closed or dead); start it again and connect to the name it reports`);
-    const id = claim(i32, layout);
+    const id = claimId(i32, H.NEXT_CLIENT_ID >> 2, layout.maxClients, (c) => ((layout.ext + 64 + c * CLIENT_RECORD) >> 2) + CLIENT.STATE);
     if (id < 0) throw new WeftError('EINVAL', `DelegationClient.connect: ${name} already has max_clients = ${layout.maxClients} clients attached; close one, or create the server with a larger maxClients`);
     const client = new DelegationClient<U>(name, sab, layout, id, options);
     const base = client.base;
@@ -313,16 +314,4 @@ export class DelegationClient<U = unknown> {
   }
 
   private readonly hasSpace = () => (this.pendingPos - Atomics.load(this.i32, TAIL_W)) >>> 0 < this.layout.ringDepth;
-}
-
-/** Claims a client id: the next never-used one, else a released one; -1 when none is free. */
-function claim(i32: Int32Array, l: DelegationLayout): number {
-  const stateWord = (c: number) => ((l.ext + 64 + c * CLIENT_RECORD) >> 2) + CLIENT.STATE;
-  const next = Atomics.add(i32, H.NEXT_CLIENT_ID >> 2, 1);
-  if (next >= 0 && next < l.maxClients && Atomics.compareExchange(i32, stateWord(next), CLIENT_FREE, CLIENT_CLAIMING) === CLIENT_FREE) return next;
-  if (next >= l.maxClients) Atomics.sub(i32, H.NEXT_CLIENT_ID >> 2, 1); // keep the counter from creeping
-  for (let c = 0; c < l.maxClients; c++) {
-    if (Atomics.compareExchange(i32, stateWord(c), CLIENT_RELEASED, CLIENT_CLAIMING) === CLIENT_RELEASED) return c;
-  }
-  return -1;
 }

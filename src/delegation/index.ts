@@ -12,3 +12,8 @@ export { DelegationServer, type DelegationServerOptions, type DelegationServerSt
 export { DelegationClient, type DelegationClientOptions, type ResponseHandler } from './delegation-client.js';
 export type { DelegationGeometry, DelegationLayout } from './delegation-layout.js';
 export { ServerDisconnected } from './errors.js';
+export { IpcServer, type IpcServerOptions, type IpcRequest } from './ipc-server.js';
+export { IpcClient, type IpcClientOptions } from './ipc-client.js';
+export type { IpcGeometry, IpcLayout } from './ipc-layout.js';
+export { FluxNode, type FluxOptions, type FluxRequest } from './flux.js';
+export type { FluxGeometry, FluxLayout } from './flux-layout.js';

@@ -1,0 +1,220 @@
+/**
+ * A client of ipc: its own request ring and response ring in the server's segment, at most
+ * `depth` calls in flight (per-client back-pressure: call() returns false beyond that).
+ *
+ * @example
+ * ```ts
+ * import { IpcClient } from 'weftjs/delegation';
+ * const client = IpcClient.connect(serverName);
+ * client.call(new Uint8Array(32), 'token');
+ * while (client.poll((token, response) => console.log(token, response)) === 0) client.waitSync({ timeoutMs: 1000 });
+ * client.close();
+ * ```
+ */
+import { availableParallelism } from 'node:os';
+import { WeftError } from '../errors.js';
+import { FutexBell, ringBell } from '../host/futex-bell.js';
+import { waitAsync, waitSync, type WaitPlan } from '../host/wait.js';
+import { Deadline, type WaitOptions } from '../util/deadline.js';
+import { claimId } from './claim.js';
+import { ServerDisconnected } from './errors.js';
+import { clientBlock, ICLI, IH, IPC_ATTACHED, IPC_CLOSING, IPC_RELEASED, ISRV, readIpcHeader, type IpcLayout } from './ipc-layout.js';
+import { ownerAlive, ownerLabel, writeOwner } from './owner.js';
+import { openLayerSegment } from './segment.js';
+import { StampedRing } from './stamped-ring.js';
+
+export interface IpcClientOptions {
+  /** Expected request size: a mismatch with the server's is refused at connect. */
+  requestBytes?: number;
+  /** Expected response size: a mismatch with the server's is refused at connect. */
+  responseBytes?: number;
+  /** Default timeout of waits (default WEFT_TIMEOUT_MS or 30 s). */
+  timeoutMs?: number;
+}
+
+const LIVENESS_EVERY = 1024;
+const LIVENESS_MS = 50;
+
+export class IpcClient<U = unknown> {
+  readonly clientId: number;
+  readonly layout: IpcLayout;
+  private readonly name: string;
+  private readonly i32: Int32Array;
+  private readonly line: number;
+  private readonly srv = IH.SERVER >> 2;
+  private readonly req: StampedRing;
+  private readonly resp: StampedRing;
+  private readonly free: Int32Array;
+  private readonly busy: Uint8Array;
+  private readonly users: (U | undefined)[];
+  private readonly bell: FutexBell;
+  private readonly timeoutMs?: number;
+  private freeTop: number;
+  private reqPos: number;
+  private respPos: number;
+  private inflight = 0;
+  private calls = 0;
+  private lastLiveness = 0;
+  private openTag = -1;
+  private closed = false;
+
+  private constructor(name: string, sab: SharedArrayBuffer, layout: IpcLayout, id: number, o: IpcClientOptions) {
+    this.name = name;
+    this.layout = layout;
+    this.clientId = id;
+    this.i32 = new Int32Array(sab);
+    this.line = clientBlock(layout, id) >> 2;
+    const b = clientBlock(layout, id) + 64;
+    this.req = new StampedRing(this.i32, b, layout.depth, layout.reqSlot, layout.requestBytes);
+    this.resp = new StampedRing(this.i32, b + layout.depth * layout.reqSlot, layout.depth, layout.respSlot, layout.responseBytes);
+    this.free = new Int32Array(layout.depth);
+    for (let t = 0; t < layout.depth; t++) this.free[t] = layout.depth - 1 - t;
+    this.freeTop = layout.depth;
+    this.busy = new Uint8Array(layout.depth);
+    this.users = new Array<U | undefined>(layout.depth).fill(undefined);
+    this.bell = new FutexBell(this.i32, this.line + ICLI.SLEEPING, this.line + ICLI.BELL);
+    this.timeoutMs = o.timeoutMs;
+    // A released id resumes where its previous owner (or the server, for a dead one) left it.
+    this.reqPos = Atomics.load(this.i32, this.line + ICLI.RESUME_REQ);
+    this.respPos = Atomics.load(this.i32, this.line + ICLI.RESUME_RESP);
+  }
+
+  /** Maps the server's segment, checks it, claims a client id (EINVAL when all are taken). */
+  static connect<U = unknown>(name: string, options: IpcClientOptions = {}): IpcClient<U> {
+    const sab = openLayerSegment(name, 'IpcClient.connect');
+    const layout = readIpcHeader(sab, name);
+    for (const k of ['requestBytes', 'responseBytes'] as const) {
+      if (options[k] !== undefined && options[k] !== layout[k]) throw new WeftError('EINVAL', `IpcClient.connect: ${k} ${options[k]}, but the server at ${name} uses ${layout[k]}`);
+    }
+    const i32 = new Int32Array(sab);
+    if (Atomics.load(i32, IH.SERVER_ALIVE >> 2) !== 1 || !ownerAlive(i32, IH.SERVER >> 2)) throw new ServerDisconnected(`IpcClient.connect: the server of ${name} is gone (closed or dead); start it again and connect to the name it reports`);
+    const id = claimId(i32, IH.NEXT_CLIENT_ID >> 2, layout.maxClients, (c) => (clientBlock(layout, c) >> 2) + ICLI.STATE);
+    if (id < 0) throw new WeftError('EINVAL', `IpcClient.connect: ${name} already has maxClients = ${layout.maxClients} clients; close one, or create the server with a larger maxClients`);
+    const client = new IpcClient<U>(name, sab, layout, id, options);
+    writeOwner(i32, client.line);
+    Atomics.store(i32, client.line + ICLI.STATE, IPC_ATTACHED);
+    return client;
+  }
+
+  get inFlight(): number {
+    return this.inflight;
+  }
+
+  /** Sends `payload` with `userData` for poll(); false when `depth` calls are in flight. */
+  call(payload: Uint8Array, userData?: U): boolean {
+    if (payload.length > this.layout.requestBytes) throw new WeftError('EINVAL', `IpcClient ${this.clientId}: request of ${payload.length} bytes, the server at ${this.name} takes ${this.layout.requestBytes}`);
+    const view = this.begin(userData);
+    if (view === null) return false;
+    view.set(payload);
+    this.commit();
+    return true;
+  }
+
+  /** Reserves the next request slot and returns its bytes to fill; null when `depth` calls are in flight. */
+  begin(userData?: U): Uint8Array | null {
+    if (this.closed) throw new WeftError('ECLOSED', `IpcClient ${this.clientId} of ${this.name} is closed`);
+    if (this.openTag >= 0) throw new WeftError('EINVAL', `IpcClient ${this.clientId}: begin() twice without commit()`);
+    if (this.freeTop === 0) return null;
+    if (Atomics.load(this.i32, IH.SERVER_ALIVE >> 2) !== 1 || ((++this.calls & (LIVENESS_EVERY - 1)) === 0 && this.livenessDue())) this.checkServer('call');
+    const tag = this.free[--this.freeTop];
+    this.users[tag] = userData;
+    this.openTag = tag;
+    return this.req.payload(this.reqPos);
+  }
+
+  /** Publishes the request begun by begin(). */
+  commit(): void {
+    const tag = this.openTag;
+    if (tag < 0) throw new WeftError('EINVAL', `IpcClient ${this.clientId}: commit() without begin()`);
+    this.openTag = -1;
+    this.busy[tag] = 1;
+    this.req.publish(this.reqPos, tag);
+    this.reqPos = (this.reqPos + 1) | 0;
+    this.inflight++;
+    ringBell(this.i32, this.srv + ISRV.SLEEPING, this.srv + ISRV.BELL);
+  }
+
+  /** Delivers the responses that arrived, in the server's order; returns how many. */
+  poll(onResponse?: (userData: U, response: Uint8Array, tag: number) => void): number {
+    let n = 0;
+    const ring = this.resp;
+    while (this.inflight > 0 && ring.ready(this.respPos)) {
+      const pos = this.respPos;
+      this.respPos = (pos + 1) | 0;
+      const tag = ring.tag(pos);
+      if (tag >>> 0 >= this.layout.depth || this.busy[tag] === 0) {
+        throw new WeftError('EPROTO', `IpcClient ${this.clientId}: response at ${pos >>> 0} carries tag ${tag}, which names no call in flight: dropped; something other than the server wrote into the response ring`);
+      }
+      const user = this.users[tag] as U;
+      this.users[tag] = undefined;
+      this.busy[tag] = 0;
+      this.free[this.freeTop++] = tag;
+      this.inflight--;
+      n++;
+      onResponse?.(user, ring.payload(pos), tag);
+    }
+    return n;
+  }
+
+  ready(): boolean {
+    return this.inflight > 0 && this.resp.ready(this.respPos);
+  }
+
+  private readonly isReady = () => this.ready();
+
+  waitSync(options: WaitOptions = {}): void {
+    if (this.ready()) return;
+    this.checkIdle('waitSync');
+    waitSync(this.isReady, this.bell, this.plan('waitSync for responses', options));
+  }
+
+  wait(options: WaitOptions = {}): Promise<void> {
+    if (this.ready()) return Promise.resolve();
+    this.checkIdle('wait');
+    return waitAsync(this.isReady, this.bell, this.plan('wait for responses', options));
+  }
+
+  /** Detaches; the id is reusable once the server answered what is in flight. */
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.inflight === 0) {
+      Atomics.store(this.i32, this.line + ICLI.RESUME_REQ, this.reqPos);
+      Atomics.store(this.i32, this.line + ICLI.RESUME_RESP, this.respPos);
+      Atomics.store(this.i32, this.line + ICLI.STATE, IPC_RELEASED);
+    } else {
+      Atomics.store(this.i32, this.line + ICLI.STATE, IPC_CLOSING);
+    }
+  }
+
+  private checkIdle(what: string): void {
+    if (this.inflight === 0) throw new WeftError('EINVAL', `IpcClient ${this.clientId}: ${what} with no call in flight would never end`);
+  }
+
+  private livenessDue(): boolean {
+    const now = performance.now();
+    if (now - this.lastLiveness < LIVENESS_MS) return false;
+    this.lastLiveness = now;
+    return true;
+  }
+
+  private checkServer(what: string): void {
+    const alive = Atomics.load(this.i32, IH.SERVER_ALIVE >> 2) === 1;
+    if (alive && Atomics.load(this.i32, this.srv + ISRV.STATE) === 1 && ownerAlive(this.i32, this.srv)) return;
+    throw new ServerDisconnected(`IpcClient ${this.clientId}: ${what}: the server of ${this.name} (${ownerLabel(this.i32, this.srv)}) ${alive ? 'died' : 'closed'}; ${this.inflight} call(s) in flight are lost; reconnect to a new server`);
+  }
+
+  private plan(what: string, options: WaitOptions): WaitPlan {
+    return {
+      oversubscribed: this.attached() + 1 > availableParallelism(),
+      call: { deadline: new Deadline(options.timeoutMs ?? this.timeoutMs, options.signal), what: `IpcClient ${this.clientId} of ${this.name}: ${what}` },
+      probe: () => this.checkServer(what),
+    };
+  }
+
+  private attached(): number {
+    let n = 0;
+    for (let c = 0; c < this.layout.maxClients; c++) if (Atomics.load(this.i32, (clientBlock(this.layout, c) >> 2) + ICLI.STATE) === IPC_ATTACHED) n++;
+    return n;
+  }
+}

@@ -1,0 +1,257 @@
+/**
+ * The server of ipc: each client has its own request ring and response ring (SPSC, no
+ * contention between clients), and the server drains them all in one pass (flat combining),
+ * looking at a long-idle client only every SKIP_EVERY-th pass. Per-client back-pressure:
+ * a client has at most `depth` calls in flight, so its rings never overflow.
+ *
+ * @example
+ * ```ts
+ * import { IpcServer } from 'weftjs/delegation';
+ * const server = IpcServer.create({ maxClients: 8, depth: 64, requestBytes: 32, responseBytes: 32 });
+ * for (;;) {
+ *   const r = server.recv();
+ *   if (r === null) { server.waitSync({ timeoutMs: 60_000 }); continue; }
+ *   server.reply(r.clientId, r.tag, r.payload);
+ * }
+ * ```
+ */
+import { availableParallelism } from 'node:os';
+import { WeftError } from '../errors.js';
+import { FutexBell, ringBell } from '../host/futex-bell.js';
+import { unlinkSegment } from '../host/segments.js';
+import { waitAsync, waitSync, type WaitPlan } from '../host/wait.js';
+import { Deadline, type WaitOptions } from '../util/deadline.js';
+import {
+  checkIpcGeometry, clientBlock, ICLI, IH, IPC_ATTACHED, IPC_CLOSING, IPC_DEAD, IPC_RELEASED, ipcLayoutOf, ISRV, writeIpcHeader, type IpcGeometry, type IpcLayout,
+} from './ipc-layout.js';
+import { ownerAlive, writeOwner } from './owner.js';
+import { createLayerSegment, defaultJob } from './segment.js';
+import { StampedRing } from './stamped-ring.js';
+
+/** Options of IpcServer.create. */
+export interface IpcServerOptions extends Partial<IpcGeometry> {
+  /** Job name the segment is filed under (default WEFT_JOB or 'weft'). */
+  job?: string;
+  /** How often the server checks that its clients' threads still live. */
+  reapIntervalMs?: number;
+}
+
+/** A request taken by recv(); valid until the next recv(). */
+export interface IpcRequest {
+  clientId: number;
+  /** The call's tag: pass to reply(). */
+  tag: number;
+  payload: Uint8Array;
+}
+
+/** A client found idle this many passes in a row... */
+const IDLE_AFTER = 64;
+/** ...is looked at only every this many passes (a power of two). */
+const SKIP_EVERY = 8;
+
+export class IpcServer {
+  readonly name: string;
+  readonly layout: IpcLayout;
+  readonly stats = { clientsReaped: 0, malformed: 0 };
+  private readonly i32: Int32Array;
+  private readonly reqRings: StampedRing[] = [];
+  private readonly respRings: StampedRing[] = [];
+  private readonly cursor: Int32Array;
+  private readonly respPos: Int32Array;
+  private readonly outstanding: Int32Array;
+  private readonly idle: Int32Array;
+  private readonly live: Uint8Array;
+  private readonly entry: IpcRequest;
+  private readonly bell: FutexBell;
+  private readonly reapIntervalMs: number;
+  private limit = 0;
+  private at = 0;
+  private pass = 0;
+  private lastReap = 0;
+  private closed = false;
+
+  private constructor(name: string, sab: SharedArrayBuffer, layout: IpcLayout, o: IpcServerOptions) {
+    this.name = name;
+    this.layout = layout;
+    this.i32 = new Int32Array(sab);
+    for (let c = 0; c < layout.maxClients; c++) {
+      const b = clientBlock(layout, c) + 64;
+      this.reqRings.push(new StampedRing(this.i32, b, layout.depth, layout.reqSlot, layout.requestBytes));
+      this.respRings.push(new StampedRing(this.i32, b + layout.depth * layout.reqSlot, layout.depth, layout.respSlot, layout.responseBytes));
+    }
+    const n = layout.maxClients;
+    this.cursor = new Int32Array(n);
+    this.respPos = new Int32Array(n);
+    this.outstanding = new Int32Array(n);
+    this.idle = new Int32Array(n);
+    this.live = new Uint8Array(n);
+    this.entry = { clientId: 0, tag: 0, payload: this.reqRings[0].payload(0) };
+    this.bell = new FutexBell(this.i32, (IH.SERVER >> 2) + ISRV.SLEEPING, (IH.SERVER >> 2) + ISRV.BELL);
+    this.reapIntervalMs = o.reapIntervalMs ?? 100;
+  }
+
+  /** Creates the segment (0600, /dev/shm) and starts serving it. */
+  static create(options: IpcServerOptions = {}): IpcServer {
+    const g: IpcGeometry = { maxClients: options.maxClients ?? 16, depth: options.depth ?? 64, requestBytes: options.requestBytes ?? 32, responseBytes: options.responseBytes ?? 32 };
+    checkIpcGeometry(g, 'IpcServer.create');
+    const layout = ipcLayoutOf(g);
+    const { name, sab } = createLayerSegment(options.job ?? defaultJob(), 'ipc', layout.total);
+    writeIpcHeader(new DataView(sab), layout);
+    const server = new IpcServer(name, sab, layout, options);
+    writeOwner(server.i32, IH.SERVER >> 2);
+    Atomics.store(server.i32, (IH.SERVER >> 2) + ISRV.STATE, 1);
+    Atomics.store(server.i32, IH.SERVER_ALIVE >> 2, 1);
+    return server;
+  }
+
+  /**
+   * The next request of any client, draining one client before moving to the next; null
+   * after a pass that found nothing.
+   */
+  recv(): IpcRequest | null {
+    const n = this.limit;
+    for (let visited = 0; visited < n; visited++) {
+      const c = this.at;
+      if (this.live[c] !== 0 && (this.idle[c] < IDLE_AFTER || (this.pass & (SKIP_EVERY - 1)) === 0)) {
+        const pos = this.cursor[c];
+        const ring = this.reqRings[c];
+        if (ring.ready(pos)) {
+          this.idle[c] = 0;
+          this.cursor[c] = (pos + 1) | 0;
+          const tag = ring.tag(pos);
+          if (tag >>> 0 >= this.layout.depth) {
+            this.stats.malformed++;
+            throw new WeftError('EPROTO', `ipc server ${this.name}: client ${c}'s request at ${pos >>> 0} has tag ${tag}, out of [0, ${this.layout.depth}): dropped; something other than a weft client wrote into its ring`);
+          }
+          this.outstanding[c]++;
+          const e = this.entry;
+          e.clientId = c;
+          e.tag = tag;
+          e.payload = ring.payload(pos);
+          return e;
+        }
+        this.idle[c]++;
+      }
+      this.at = c + 1 >= n ? 0 : c + 1;
+    }
+    if ((++this.pass & 255) === 0 || n === 0) this.refresh();
+    return null;
+  }
+
+  /** The view to fill for client c's next response, before reply(c, tag) without a payload. */
+  responseView(clientId: number): Uint8Array {
+    this.checkClient(clientId, 'responseView');
+    return this.respRings[clientId].payload(this.respPos[clientId]);
+  }
+
+  /** Answers client `clientId`'s call `tag`, copying `payload` (omit it after filling responseView). */
+  reply(clientId: number, tag: number, payload?: Uint8Array): void {
+    this.checkClient(clientId, 'reply');
+    const left = --this.outstanding[clientId];
+    const line = (clientBlock(this.layout, clientId) >> 2);
+    const state = Atomics.load(this.i32, line + ICLI.STATE);
+    if (state === IPC_ATTACHED || state === IPC_CLOSING) {
+      const ring = this.respRings[clientId];
+      const pos = this.respPos[clientId];
+      if (payload !== undefined) {
+        if (payload.length > this.layout.responseBytes) throw new WeftError('EINVAL', `ipc server ${this.name}: reply of ${payload.length} bytes, responses are ${this.layout.responseBytes} bytes`);
+        ring.payload(pos).set(payload);
+      }
+      ring.publish(pos, tag);
+      this.respPos[clientId] = (pos + 1) | 0;
+      ringBell(this.i32, line + ICLI.SLEEPING, line + ICLI.BELL);
+    }
+    if (state !== IPC_ATTACHED && left <= 0) this.release(clientId, state);
+  }
+
+  /** Some client has a request waiting (what wait() waits for). */
+  ready(): boolean {
+    if (this.closed) return true;
+    this.refresh();
+    for (let c = 0; c < this.limit; c++) if (this.live[c] !== 0 && this.reqRings[c].ready(this.cursor[c])) return true;
+    return false;
+  }
+
+  private readonly isReady = () => this.ready();
+
+  waitSync(options: WaitOptions = {}): void {
+    if (this.ready()) return;
+    waitSync(this.isReady, this.bell, this.plan('waitSync', options));
+  }
+
+  wait(options: WaitOptions = {}): Promise<void> {
+    if (this.ready()) return Promise.resolve();
+    return waitAsync(this.isReady, this.bell, this.plan('wait', options));
+  }
+
+  /** Marks the server gone (clients fail with ServerDisconnected) and unlinks the segment. */
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    Atomics.store(this.i32, IH.SERVER_ALIVE >> 2, 0);
+    Atomics.store(this.i32, (IH.SERVER >> 2) + ISRV.STATE, 0);
+    for (let c = 0; c < this.layout.maxClients; c++) {
+      const line = clientBlock(this.layout, c) >> 2;
+      Atomics.add(this.i32, line + ICLI.BELL, 1);
+      ringBell(this.i32, line + ICLI.SLEEPING, line + ICLI.BELL);
+    }
+    unlinkSegment(this.name);
+  }
+
+  private plan(what: string, options: WaitOptions): WaitPlan {
+    let attached = 0;
+    for (let c = 0; c < this.limit; c++) attached += this.live[c];
+    return {
+      oversubscribed: attached + 1 > availableParallelism(),
+      call: { deadline: new Deadline(options.timeoutMs, options.signal), what: `ipc server ${this.name}: ${what} for requests` },
+      probe: () => this.refresh(),
+    };
+  }
+
+  private checkClient(c: number, what: string): void {
+    if (!(c >>> 0 === c && c < this.layout.maxClients)) throw new WeftError('EINVAL', `ipc server ${this.name}: ${what}: client id ${c} out of [0, ${this.layout.maxClients})`);
+  }
+
+  /** Re-reads which clients are attached; every reapIntervalMs, detaches dead ones. */
+  private refresh(): void {
+    const reap = performance.now() - this.lastReap >= this.reapIntervalMs;
+    if (reap) this.lastReap = performance.now();
+    let limit = 0;
+    for (let c = 0; c < this.layout.maxClients; c++) {
+      const line = clientBlock(this.layout, c) >> 2;
+      let state = Atomics.load(this.i32, line + ICLI.STATE);
+      if (reap && (state === IPC_ATTACHED || state === IPC_CLOSING) && !ownerAlive(this.i32, line)) {
+        if (Atomics.compareExchange(this.i32, line + ICLI.STATE, state, IPC_DEAD) === state) {
+          this.stats.clientsReaped++;
+          state = IPC_DEAD;
+        }
+      }
+      if ((state === IPC_DEAD || state === IPC_CLOSING) && this.outstanding[c] <= 0) {
+        this.release(c, state);
+        state = Atomics.load(this.i32, line + ICLI.STATE);
+      }
+      const live = state === IPC_ATTACHED || state === IPC_CLOSING ? 1 : 0;
+      if (live && this.live[c] === 0) this.idle[c] = 0;
+      this.live[c] = live;
+      if (live) limit = c + 1;
+    }
+    this.limit = limit;
+    if (this.at >= limit) this.at = 0;
+  }
+
+  /**
+   * Frees client c's id once nothing more will be written for it: a dead client's unread
+   * requests are dropped; a closing one is served to the end first. A later owner of the id
+   * resumes both rings where this one left them.
+   */
+  private release(c: number, from: number): void {
+    const ring = this.reqRings[c];
+    if (from === IPC_CLOSING && ring.ready(this.cursor[c])) return;
+    for (let k = 0; k < this.layout.depth && ring.ready(this.cursor[c]); k++) this.cursor[c] = (this.cursor[c] + 1) | 0;
+    const line = clientBlock(this.layout, c) >> 2;
+    this.outstanding[c] = 0;
+    Atomics.store(this.i32, line + ICLI.RESUME_REQ, this.cursor[c]);
+    Atomics.store(this.i32, line + ICLI.RESUME_RESP, this.respPos[c]);
+    if (Atomics.compareExchange(this.i32, line + ICLI.STATE, from, IPC_RELEASED) === from) this.live[c] = 0;
+  }
+}
