@@ -6,7 +6,10 @@
     "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],
     "defines": ["NAPI_VERSION=8", "NODE_ADDON_API_DISABLE_DEPRECATED", "NAPI_DISABLE_CPP_EXCEPTIONS"],
     "cflags_cc": ["-std=c++17", "-O3", "-fno-exceptions", "-Wall", "-Wextra", "-Wno-unused-parameter"],
-    "cflags_cc!": ["-fno-rtti"]
+    "cflags_cc!": ["-fno-rtti"],
+    # Never unloaded: Node dlcloses an addon when the worker_thread that loaded it exits, and a
+    # shared segment's SharedArrayBuffer outlives that thread with its unmap callback in here.
+    "ldflags": ["-Wl,-z,nodelete"]
   },
   "targets": [
     {
