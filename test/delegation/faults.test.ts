@@ -1,0 +1,196 @@
+/**
+ * The faults the design notes leave open: holes (a slow committer; a client killed between
+ * its fetch_add and its commit), a dead server, too many clients, a dead ipc client, a dead
+ * Flux node. Real threads and real processes, SIGKILL and worker.terminate().
+ */
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { DelegationClient, DelegationServer, FluxNode, IpcClient, IpcServer, ServerDisconnected } from '../../src/delegation/index.js';
+import { sweepDeadSegments, unlinkSegment } from '../../src/host/segments.js';
+import { start } from './parties.js';
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Polls the server until it has `n` requests or `ms` pass; returns the payload bytes 0 of each. */
+async function drain(server: DelegationServer, n: number, ms = 10_000): Promise<number[]> {
+  const got: number[] = [];
+  const end = performance.now() + ms;
+  while (got.length < n && performance.now() < end) {
+    if (server.poll() === 0) {
+      await sleep(1);
+      continue;
+    }
+    for (let e = server.recv(); e !== null; e = server.recv()) {
+      got.push(e.payload[0]);
+      server.reply(e.clientId, e.respSlot, e.payload);
+    }
+    server.advanceTail();
+  }
+  return got;
+}
+
+test('a hole: the server stops at a slow committer, does not skip it while it lives, then takes both in ring order', async () => {
+  const server = DelegationServer.create({ maxClients: 4, ringDepth: 8, respDepth: 4, requestBytes: 8, responseBytes: 8, holeTimeoutMs: 20 });
+  const a = DelegationClient.connect<string>(server.name);
+  const b = DelegationClient.connect<string>(server.name);
+  const slow = a.begin('a')!;
+  slow[0] = 1;
+  assert.ok(b.call(Uint8Array.of(2), 'b'));
+  assert.is(server.poll(), 0, 'the hole at position 0 stops the scan');
+  assert.is(server.recv(), null);
+  await sleep(60);
+  for (let i = 0; i < 600; i++) server.poll();
+  assert.is(server.stats.holesSkipped, 0, 'a live slow committer is waited for');
+  a.commit();
+  assert.equal(await drain(server, 2), [1, 2]);
+  const seen: string[] = [];
+  a.poll((u) => seen.push(u));
+  b.poll((u) => seen.push(u));
+  assert.equal(seen.sort(), ['a', 'b']);
+  a.close();
+  b.close();
+  server.close();
+});
+
+for (const placement of ['processes', 'threads'] as const) {
+  test(`a client ${placement === 'processes' ? 'SIGKILLed' : 'terminated'} between fetch_add and commit: its hole is skipped and the others go on (${placement})`, async () => {
+    const server = DelegationServer.create({ maxClients: 4, ringDepth: 8, respDepth: 4, requestBytes: 16, responseBytes: 16, holeTimeoutMs: 30, reapIntervalMs: 20 });
+    const hang = start(placement, { role: 'dlg-hang', name: server.name });
+    const reserved = await hang.next('reserved');
+    assert.is(reserved.event, 'reserved', JSON.stringify(reserved));
+    await hang.kill();
+    const other = DelegationClient.connect<number>(server.name);
+    for (let i = 0; i < 20; i++) {
+      const req = new Uint8Array(16);
+      req[0] = 100 + i;
+      while (!other.call(req, i)) {
+        await drain(server, 0, 1);
+        other.poll();
+      }
+      const got = await drain(server, 1);
+      assert.equal(got, [100 + i]);
+      assert.is(other.poll(), 1);
+    }
+    assert.is(server.stats.holesSkipped, 1);
+    assert.ok(server.stats.clientsReaped >= 1, 'the dead client was detached');
+    other.close();
+    server.close();
+  });
+
+  test(`a dead server: a client's wait fails with ServerDisconnected well within its timeout (${placement})`, async () => {
+    for (const kind of ['dlg', 'ipc'] as const) {
+      const srv = start(placement, { role: `${kind}-server`, producers: 1, expect: 1e9, timeoutMs: 120_000 });
+      const ready = await srv.next('ready');
+      const client = kind === 'dlg' ? DelegationClient.connect<number>(ready.name as string) : IpcClient.connect<number>(ready.name as string);
+      const req = new Uint8Array(16);
+      assert.ok(client.call(req, 0));
+      while (client.poll() === 0) await client.wait({ timeoutMs: 10_000 });
+      await srv.kill();
+      // A killed server cannot unlink its segment: the next sweep (weft run does one) does.
+      if (placement === 'threads') unlinkSegment(ready.name as string);
+      else sweepDeadSegments(srv.pid);
+      const t0 = performance.now();
+      const err = await (async () => {
+        try {
+          for (let i = 0; i < 1e6; i++) {
+            if (client.inFlight < 4) client.call(req, i);
+            client.poll();
+            if (client.inFlight > 0) await client.wait({ timeoutMs: 20_000 });
+          }
+        } catch (e) {
+          return e as Error;
+        }
+        return undefined;
+      })();
+      const ms = performance.now() - t0;
+      assert.ok(err instanceof ServerDisconnected, `${kind}: ${err?.message}`);
+      assert.match(err!.message, /server of .* (died|closed)/);
+      assert.ok(ms < 10_000, `${kind}: noticed after ${ms.toFixed(0)} ms`);
+      client.close();
+    }
+  });
+}
+
+test('more clients than max_clients: a clear error; a closed client frees its id', () => {
+  const server = DelegationServer.create({ maxClients: 2, ringDepth: 4, respDepth: 2, requestBytes: 8, responseBytes: 8 });
+  const a = DelegationClient.connect(server.name);
+  const b = DelegationClient.connect(server.name);
+  assert.throws(() => DelegationClient.connect(server.name), (e: Error & { code?: string }) => e.code === 'EINVAL' && /max_clients = 2/.test(e.message));
+  a.close();
+  const c = DelegationClient.connect(server.name);
+  assert.is(c.clientId, a.clientId);
+  assert.throws(() => DelegationClient.connect(server.name, { requestBytes: 16 }), /requestBytes 16, but the ring/);
+  b.close();
+  c.close();
+  server.close();
+  assert.throws(() => DelegationClient.connect(server.name), (e: Error & { code?: string }) => e.code === 'EPEERDEAD');
+});
+
+test('ipc: a SIGKILLed client is reaped, its id reused, and the next owner starts clean', async () => {
+  const server = IpcServer.create({ maxClients: 1, depth: 4, requestBytes: 16, responseBytes: 16, reapIntervalMs: 20 });
+  const ipcServe = async (n: number) => {
+    let served = 0;
+    const end = performance.now() + 10_000;
+    while (served < n && performance.now() < end) {
+      const r = server.recv();
+      if (r === null) {
+        await sleep(1);
+        continue;
+      }
+      server.reply(r.clientId, r.tag, r.payload);
+      served++;
+    }
+    return served;
+  };
+  const victim = start('processes', { role: 'ipc-client', name: server.name, producer: 0, calls: 1e9, qd: 4, timeoutMs: 60_000 });
+  assert.ok((await ipcServe(100)) === 100);
+  await victim.kill();
+  let next: IpcClient<number> | undefined;
+  const end = performance.now() + 10_000;
+  while (!next && performance.now() < end) {
+    await ipcServe(1).catch(() => 0);
+    try {
+      next = IpcClient.connect<number>(server.name);
+    } catch {
+      await sleep(10);
+    }
+  }
+  assert.ok(next, 'the dead client\'s id was released');
+  assert.ok(server.stats.clientsReaped >= 1);
+  for (let i = 0; i < 10; i++) {
+    const req = new Uint8Array(16);
+    req[0] = i;
+    assert.ok(next!.call(req, i));
+    assert.is(await ipcServe(1), 1);
+    let got = -1;
+    assert.is(next!.poll((u, r) => (got = u * 1000 + r[0])), 1);
+    assert.is(got, i * 1000 + i);
+  }
+  next!.close();
+  server.close();
+});
+
+test('Flux: a node that dies owing replies fails its callers\' waits with ServerDisconnected', async () => {
+  const caller = FluxNode.create<number>({ nodes: 2, payloadBytes: 16 });
+  const peer = start('processes', { role: 'flux-node', name: caller.name, nodeId: 1, producers: 1, expect: 1, timeoutMs: 60_000 });
+  await peer.next('ready');
+  const req = new Uint8Array(16);
+  assert.ok(caller.call(1, req, 1));
+  await caller.wait({ timeoutMs: 10_000 });
+  assert.is(caller.poll(), 1);
+  await peer.kill();
+  assert.ok(caller.call(1, req, 2));
+  const t0 = performance.now();
+  try {
+    await caller.wait({ timeoutMs: 20_000 });
+    assert.unreachable('wait returned');
+  } catch (e) {
+    assert.instance(e, ServerDisconnected);
+    assert.match((e as Error).message, /node 1 .* (died|left the mesh) with 1 call/);
+  }
+  assert.ok(performance.now() - t0 < 10_000);
+  assert.throws(() => FluxNode.join(caller.name, 1), /already joined/);
+  caller.close();
+});
+
+test.run();
