@@ -7,6 +7,7 @@
  */
 import { Command } from 'commander';
 import { collectivesCommand } from './collectives/index.js';
+import { ipcCommand } from './ipc/index.js';
 import { nicCommand } from './nic/index.js';
 import { peersCommand } from './peers/index.js';
 import { reduceCommand } from './reduce/index.js';
@@ -16,7 +17,7 @@ import { rpcCommand } from './rpc/index.js';
 const bench = new Command('weft bench')
   .description('benchmarks (each prints a table and writes JSON and SVG to bench/results/ in a checkout, ./weft-bench-results/ when installed, or WEFT_BENCH_OUT)')
   .showHelpAfterError();
-for (const command of [nicCommand(), rendezvousCommand(), reduceCommand(), collectivesCommand(), rpcCommand(), peersCommand()]) bench.addCommand(command);
+for (const command of [nicCommand(), rendezvousCommand(), reduceCommand(), collectivesCommand(), rpcCommand(), ipcCommand(), peersCommand()]) bench.addCommand(command);
 
 bench.parseAsync().catch((err: Error) => {
   console.error(err.message.startsWith('weft bench') ? err.message : `weft bench: ${err.message}`);
