@@ -17,7 +17,7 @@
  */
 import { availableParallelism } from 'node:os';
 import path from 'node:path';
-import { Command, InvalidArgumentError } from 'commander';
+import { Command, InvalidArgumentError, Option } from 'commander';
 import { positiveInt } from '../../src/cli/arguments.js';
 import { applyQuick, runIfMain } from '../lib/command.js';
 import { formatNumber, median, saveResults, table, type BenchRecord } from '../lib/stats.js';
@@ -281,11 +281,11 @@ type CommandOptions = { systems: string[]; placements: Placement[]; clients: num
 export function ipcCommand(): Command {
   return new Command('ipc')
     .description('request/response round trip and throughput between threads and between processes: postMessage, MessageChannel, node:net, a SharedArrayBuffer ring floor, and weft')
-    .option('--systems <list>', `systems (${ALL_SYSTEMS.join(', ')})`, list, [...ALL_SYSTEMS])
-    .option('--placements <list>', 'threads (worker threads of one process) and/or processes', parsePlacements, ['threads', 'processes'] as Placement[])
-    .option('--clients <list>', 'client counts', intList, [1, 2, 4])
-    .option('--qd <list>', 'queue depths (calls in flight per client)', intList, [1, 4, 16, 64])
-    .option('--bytes <list>', 'request and response payload bytes (>= 4)', parseBytes, [32])
+    .addOption(new Option('--systems <list>', 'systems (not registered in bench/ipc/systems/index.ts: skipped)').argParser(list).default([...ALL_SYSTEMS], ALL_SYSTEMS.join(',')))
+    .addOption(new Option('--placements <list>', 'threads (worker threads of one process) and/or processes').argParser(parsePlacements).default(['threads', 'processes'], 'threads,processes'))
+    .addOption(new Option('--clients <list>', 'client counts').argParser(intList).default([1, 2, 4], '1,2,4'))
+    .addOption(new Option('--qd <list>', 'queue depths (calls in flight per client)').argParser(intList).default([1, 4, 16, 64], '1,4,16,64'))
+    .addOption(new Option('--bytes <list>', 'request and response payload bytes (>= 4)').argParser(parseBytes).default([32], '32'))
     .option('--runs <n>', 'runs per point, each with fresh workers/processes; the median is reported', positiveInt, 3)
     .option('--calls <n>', 'measured calls per client (default: sized by a pilot run to --seconds)', positiveInt)
     .option('--seconds <s>', 'measured time per run the pilot sizes calls for', positiveNumber, 0.5)
