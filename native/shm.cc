@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -138,6 +139,37 @@ Napi::Value ShmUnlink(const Napi::CallbackInfo& info) {
   return Fail(env, ErrnoCode(errno), ErrnoText("shm_unlink", name, errno));
 }
 
+// Segments to unlink when this thread's Node environment ends: a worker_thread terminated
+// before its owner's close(), a server that ended on an exception, a normal process exit.
+// One set per thread (each environment runs on its own thread, and so do its cleanup hooks).
+thread_local std::set<std::string>* unlink_at_exit = nullptr;
+
+void UnlinkAtExit(void*) {
+  if (unlink_at_exit == nullptr) return;
+  for (const std::string& name : *unlink_at_exit) shm_unlink(name.c_str());
+  delete unlink_at_exit;
+  unlink_at_exit = nullptr;
+}
+
+// shmUnlinkAtExit(name, yes): adds (yes) or removes (!yes) a segment name from the set.
+Napi::Value ShmUnlinkAtExit(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 2 || !info[0].IsString() || !info[1].IsBoolean())
+    return Fail(env, "EINVAL", "shmUnlinkAtExit(name: string, yes: boolean)");
+  std::string name = info[0].As<Napi::String>().Utf8Value();
+  if (!ValidName(name)) return Fail(env, "EINVAL", "shmUnlinkAtExit: bad segment name " + name);
+  if (info[1].As<Napi::Boolean>().Value()) {
+    if (unlink_at_exit == nullptr) {
+      unlink_at_exit = new std::set<std::string>();
+      napi_add_env_cleanup_hook(env, UnlinkAtExit, nullptr);
+    }
+    unlink_at_exit->insert(name);
+  } else if (unlink_at_exit != nullptr) {
+    unlink_at_exit->erase(name);
+  }
+  return env.Undefined();
+}
+
 // memcpyBandwidth(bytes, iterations, slots = 1): seconds for `iterations` single-thread memcpy
 // calls of `bytes` from one source into `slots` destinations in turn: the yardstick the shm
 // provider's streaming (which writes into a ring of slots) is held to.
@@ -198,6 +230,7 @@ void InitShm(Napi::Env env, Napi::Object exports) {
   exports.Set("shmCreate", Napi::Function::New(env, ShmCreate, "shmCreate"));
   exports.Set("shmOpen", Napi::Function::New(env, ShmOpen, "shmOpen"));
   exports.Set("shmUnlink", Napi::Function::New(env, ShmUnlink, "shmUnlink"));
+  exports.Set("shmUnlinkAtExit", Napi::Function::New(env, ShmUnlinkAtExit, "shmUnlinkAtExit"));
   exports.Set("memcpyBandwidth", Napi::Function::New(env, MemcpyBandwidth, "memcpyBandwidth"));
 }
 

@@ -16,7 +16,7 @@
 import { availableParallelism } from 'node:os';
 import { WeftError } from '../errors.js';
 import { FutexBell, ringBell } from '../host/futex-bell.js';
-import { waitAsync, waitSync, type WaitPlan } from '../host/wait.js';
+import { waitSync, type WaitPlan } from '../host/wait.js';
 import { Deadline, type WaitOptions } from '../util/deadline.js';
 import {
   attachedClients, CLIENT, CLIENT_ATTACHED, CLIENT_CLOSING, CLIENT_RECORD, CLIENT_RELEASED, H, PHASE_ABANDONED, PHASE_IDLE, PHASE_RESERVED,
@@ -24,8 +24,10 @@ import {
 } from './delegation-layout.js';
 import { claimId } from './claim.js';
 import { ServerDisconnected } from './errors.js';
-import { ownerAlive, ownerLabel, writeOwner } from './owner.js';
+import { ownerAlive, writeOwner } from './owner.js';
 import { openLayerSegment } from './segment.js';
+import { ServerWatch } from './server-watch.js';
+import { Waiter } from './waiter.js';
 
 /** Options of DelegationClient.connect. */
 export interface DelegationClientOptions {
@@ -42,13 +44,9 @@ export type ResponseHandler<U> = (userData: U, response: Uint8Array, respSlot: n
 
 const HEAD_W = H.HEAD >> 2;
 const TAIL_W = H.TAIL >> 2;
-/** Calls between checks that the server's thread still lives (the flag covers a clean close). */
-const LIVENESS_EVERY = 1024;
-/** ... and at most this often (a dead server is also found by every wait's probe). */
-const LIVENESS_MS = 50;
 
 /** One client of a delegationrpc ring. Not shared between threads: each thread connects its own. */
-export class DelegationClient<U = unknown> {
+export class DelegationClient<U = unknown> extends Waiter {
   /** This client's id in the ring (its response slots). */
   readonly clientId: number;
   readonly layout: DelegationLayout;
@@ -64,20 +62,20 @@ export class DelegationClient<U = unknown> {
   private readonly responses: Uint8Array[] = [];
   private readonly users: (U | undefined)[];
   private readonly busy: Uint8Array;
-  private readonly bell: FutexBell;
+  protected readonly bell: FutexBell;
+  private readonly watch: ServerWatch;
   private readonly tailBell: FutexBell;
   private readonly timeoutMs?: number;
   private nextResp = 0;
   private oldest = 0;
   private inflight = 0;
-  private calls = 0;
   private openOffset = -1;
   private openSlot = 0;
   private pendingPos = 0;
   private closed = false;
-  private lastLiveness = 0;
 
   private constructor(name: string, sab: SharedArrayBuffer, layout: DelegationLayout, clientId: number, o: DelegationClientOptions) {
+    super();
     this.name = name;
     this.layout = layout;
     this.clientId = clientId;
@@ -95,6 +93,7 @@ export class DelegationClient<U = unknown> {
     this.bell = new FutexBell(this.i32, this.base + CLIENT.SLEEPING, this.base + CLIENT.BELL);
     this.tailBell = new FutexBell(this.i32, this.srv + SERVER.TAIL_SLEEPING, this.srv + SERVER.TAIL_BELL);
     this.timeoutMs = o.timeoutMs;
+    this.watch = new ServerWatch(this.u8, H.SERVER_ALIVE, this.i32, this.srv + SERVER.STATE, `DelegationClient ${clientId}`, name, () => `${this.inflight} call(s) in flight are lost`);
   }
 
   /**
@@ -151,7 +150,7 @@ export class DelegationClient<U = unknown> {
     if (this.inflight === this.layout.respDepth) return null;
     let s = this.nextResp;
     while (this.busy[s] !== 0) s = (s + 1) & this.respMask;
-    if (Atomics.load(this.u8, H.SERVER_ALIVE) !== 1 || ((++this.calls & (LIVENESS_EVERY - 1)) === 0 && this.livenessDue())) this.checkServer('call');
+    this.watch.onCall();
     const i32 = this.i32;
     const base = this.base;
     // The phase words let the server tell whose hole it is if this thread dies in between.
@@ -236,7 +235,7 @@ export class DelegationClient<U = unknown> {
     return this.nextResp;
   }
 
-  /** A response is waiting (what wait() waits for). */
+  /** A response is waiting (what wait() and waitSync() wait for; they fail with ServerDisconnected when the server goes away first). */
   ready(): boolean {
     let left = this.inflight;
     const mask = this.respMask;
@@ -248,22 +247,6 @@ export class DelegationClient<U = unknown> {
     return false;
   }
 
-  private readonly isReady = () => this.ready();
-
-  /** Blocks until a response arrives; ServerDisconnected when the server goes away first. */
-  waitSync(options: WaitOptions = {}): void {
-    if (this.ready()) return;
-    this.checkIdle('waitSync');
-    waitSync(this.isReady, this.bell, this.plan('waitSync for responses', options));
-  }
-
-  /** Resolves when a response arrives; rejects with ServerDisconnected when the server goes away first. */
-  wait(options: WaitOptions = {}): Promise<void> {
-    if (this.ready()) return Promise.resolve();
-    this.checkIdle('wait');
-    return waitAsync(this.isReady, this.bell, this.plan('wait for responses', options));
-  }
-
   /** Detaches: the id is freed once the server has answered what is still in flight. */
   close(): void {
     if (this.closed) return;
@@ -272,30 +255,15 @@ export class DelegationClient<U = unknown> {
     Atomics.store(this.i32, this.base + CLIENT.STATE, this.inflight === 0 ? CLIENT_RELEASED : CLIENT_CLOSING);
   }
 
-  /** True at most every LIVENESS_MS: reading /proc costs microseconds. */
-  private livenessDue(): boolean {
-    const now = performance.now();
-    if (now - this.lastLiveness < LIVENESS_MS) return false;
-    this.lastLiveness = now;
-    return true;
-  }
-
-  private checkIdle(what: string): void {
+  protected override checkWait(what: string): void {
     if (this.inflight === 0) throw new WeftError('EINVAL', `DelegationClient ${this.clientId}: ${what} with no call in flight would never end`);
   }
 
-  /** Throws ServerDisconnected when the server closed or its thread is gone. */
-  private checkServer(what: string): void {
-    if (Atomics.load(this.u8, H.SERVER_ALIVE) === 1 && Atomics.load(this.i32, this.srv + SERVER.STATE) === 1 && ownerAlive(this.i32, this.srv)) return;
-    const closed = Atomics.load(this.u8, H.SERVER_ALIVE) !== 1;
-    throw new ServerDisconnected(`DelegationClient ${this.clientId}: ${what}: the server of ${this.name} (${ownerLabel(this.i32, this.srv)}) ${closed ? 'closed the ring' : 'died'}; ${this.inflight} call(s) in flight are lost; reconnect to a new server`);
-  }
-
-  private plan(what: string, options: WaitOptions): WaitPlan {
+  protected plan(what: string, options: WaitOptions): WaitPlan {
     return {
       oversubscribed: attachedClients(this.i32, this.layout) + 1 > availableParallelism(),
       call: { deadline: new Deadline(options.timeoutMs ?? this.timeoutMs, options.signal), what: `DelegationClient ${this.clientId} of ${this.name}: ${what}` },
-      probe: () => this.checkServer(what),
+      probe: () => this.watch.check(what),
     };
   }
 

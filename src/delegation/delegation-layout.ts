@@ -9,7 +9,8 @@
  * what finding a dead client's hole and sleeping instead of spinning need.
  */
 import { WeftError } from '../errors.js';
-import { isPowerOfTwo, line } from './segment.js';
+import { checkRange } from './header.js';
+import { line } from './segment.js';
 
 /** "DLGRPCV1" as the notes' u64 0x444C_4752_5043_5631, little-endian. */
 export const MAGIC_LO = 0x5043_5631;
@@ -90,19 +91,13 @@ export interface DelegationLayout extends DelegationGeometry {
   total: number;
 }
 
-const LIMITS = { maxClients: 1024, ringDepth: 1 << 20, respDepth: 1 << 12, bytes: 1 << 16 };
-
-/** Checks a geometry given by a caller (EINVAL naming the field). */
-export function checkGeometry(g: DelegationGeometry, where: string): void {
-  const fail = (what: string) => {
-    throw new WeftError('EINVAL', `${where}: ${what}`);
-  };
-  if (!Number.isInteger(g.maxClients) || g.maxClients < 1 || g.maxClients > LIMITS.maxClients) fail(`maxClients must be an integer in [1, ${LIMITS.maxClients}], got ${g.maxClients}`);
-  if (!isPowerOfTwo(g.ringDepth) || g.ringDepth < 2 || g.ringDepth > LIMITS.ringDepth) fail(`ringDepth must be a power of two in [2, ${LIMITS.ringDepth}], got ${g.ringDepth}`);
-  if (!isPowerOfTwo(g.respDepth) || g.respDepth > LIMITS.respDepth) fail(`respDepth must be a power of two in [1, ${LIMITS.respDepth}], got ${g.respDepth}`);
-  for (const k of ['requestBytes', 'responseBytes'] as const) {
-    if (!Number.isInteger(g[k]) || g[k] < 0 || g[k] > LIMITS.bytes) fail(`${k} must be an integer in [0, ${LIMITS.bytes}], got ${g[k]}`);
-  }
+/** Checks a geometry (EINVAL naming the field from a caller, EPROTO from a segment's header). */
+export function checkGeometry(g: DelegationGeometry, where: string, code: 'EINVAL' | 'EPROTO' = 'EINVAL'): void {
+  checkRange(g.maxClients, 1, 1024, 'maxClients', where, false, code);
+  checkRange(g.ringDepth, 2, 1 << 20, 'ringDepth', where, true, code);
+  checkRange(g.respDepth, 1, 1 << 12, 'respDepth', where, true, code);
+  checkRange(g.requestBytes, 0, 1 << 16, 'requestBytes', where, false, code);
+  checkRange(g.responseBytes, 0, 1 << 16, 'responseBytes', where, false, code);
 }
 
 /** The layout of a (checked) geometry. */
@@ -149,11 +144,7 @@ export function readHeader(sab: SharedArrayBuffer, name: string): DelegationLayo
     requestBytes: dv.getUint32(H.REQ_BYTES, true),
     responseBytes: dv.getUint32(H.RESP_BYTES, true),
   };
-  try {
-    checkGeometry(g, where);
-  } catch (err) {
-    throw new WeftError('EPROTO', `${(err as Error).message} (in the segment's header: corrupt)`);
-  }
+  checkGeometry(g, where, 'EPROTO');
   const l = layoutOf(g);
   if (dv.getUint32(H.EXT_OFFSET, true) !== l.ext || dv.getUint32(H.TOTAL_BYTES, true) !== l.total) throw new WeftError('EPROTO', `${where}: header sizes disagree with its geometry (corrupt header)`);
   if (sab.byteLength < l.total) throw new WeftError('EPROTO', `${where} is ${sab.byteLength} bytes, its header needs ${l.total}: truncated`);

@@ -18,15 +18,15 @@
 import { availableParallelism } from 'node:os';
 import { WeftError } from '../errors.js';
 import { ringBell, FutexBell } from '../host/futex-bell.js';
-import { unlinkSegment } from '../host/segments.js';
-import { waitAsync, waitSync, type WaitPlan } from '../host/wait.js';
+import type { WaitPlan } from '../host/wait.js';
 import { Deadline, type WaitOptions } from '../util/deadline.js';
 import {
   attachedClients, checkGeometry, CLIENT, CLIENT_ATTACHED, CLIENT_CLOSING, CLIENT_DEAD, CLIENT_RECORD, CLIENT_RELEASED, H, layoutOf, PHASE_RESERVED, PHASE_RESERVING,
   RESP, SERVER, SLOT, writeHeader, type DelegationGeometry, type DelegationLayout,
 } from './delegation-layout.js';
 import { ownerAlive, writeOwner } from './owner.js';
-import { createLayerSegment, defaultJob } from './segment.js';
+import { createLayerSegment, defaultJob, removeLayerSegment } from './segment.js';
+import { Waiter } from './waiter.js';
 
 /** Options of DelegationServer.create. */
 export interface DelegationServerOptions extends Partial<DelegationGeometry> {
@@ -65,7 +65,7 @@ const HEAD_W = H.HEAD >> 2;
 const TAIL_W = H.TAIL >> 2;
 
 /** The server of one delegationrpc ring (the thread that creates it owns it). */
-export class DelegationServer {
+export class DelegationServer extends Waiter {
   /** The segment's name: what clients pass to DelegationClient.connect. */
   readonly name: string;
   readonly layout: DelegationLayout;
@@ -78,7 +78,7 @@ export class DelegationServer {
   private readonly replies: Uint8Array[] = [];
   private readonly outstanding: Int32Array;
   private readonly entry: RecvEntry;
-  private readonly bell: FutexBell;
+  protected readonly bell: FutexBell;
   private readonly holeTimeoutMs: number;
   private readonly reapIntervalMs: number;
   private cursor = 0;
@@ -94,6 +94,7 @@ export class DelegationServer {
   private closed = false;
 
   private constructor(name: string, sab: SharedArrayBuffer, layout: DelegationLayout, o: DelegationServerOptions) {
+    super();
     this.name = name;
     this.layout = layout;
     this.u8 = new Uint8Array(sab);
@@ -218,23 +219,9 @@ export class DelegationServer {
     }
   }
 
-  /** Requests are waiting at the cursor (what wait() waits for). */
+  /** Requests are waiting at the cursor (what wait() and waitSync() wait for). */
   ready(): boolean {
     return this.closed || Atomics.load(this.u8, H.RING + (this.cursor & this.ringMask) * this.layout.reqSlot) === 1;
-  }
-
-  private readonly isReady = () => this.ready();
-
-  /** Blocks until a request is committed (spin, yield, then sleep on a futex). */
-  waitSync(options: WaitOptions = {}): void {
-    if (this.ready()) return;
-    waitSync(this.isReady, this.bell, this.plan('waitSync', options));
-  }
-
-  /** Resolves when a request is committed; the event loop runs meanwhile. */
-  wait(options: WaitOptions = {}): Promise<void> {
-    if (this.ready()) return Promise.resolve();
-    return waitAsync(this.isReady, this.bell, this.plan('wait', options));
   }
 
   /** Marks the server gone (clients' calls and waits fail with ServerDisconnected) and unlinks the segment. */
@@ -251,10 +238,10 @@ export class DelegationServer {
       ringBell(this.i32, base + CLIENT.SLEEPING, base + CLIENT.BELL);
     }
     ringBell(this.i32, this.srv + SERVER.TAIL_SLEEPING, this.srv + SERVER.TAIL_BELL);
-    unlinkSegment(this.name);
+    removeLayerSegment(this.name);
   }
 
-  private plan(what: string, options: WaitOptions): WaitPlan {
+  protected plan(what: string, options: WaitOptions): WaitPlan {
     return {
       oversubscribed: attachedClients(this.i32, this.layout) + 1 > availableParallelism(),
       call: { deadline: new Deadline(options.timeoutMs, options.signal), what: `delegationrpc server ${this.name}: ${what} for requests` },

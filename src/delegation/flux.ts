@@ -19,14 +19,14 @@
 import { availableParallelism } from 'node:os';
 import { WeftError } from '../errors.js';
 import { FutexBell, ringBell } from '../host/futex-bell.js';
-import { unlinkSegment } from '../host/segments.js';
-import { waitAsync, waitSync, type WaitPlan } from '../host/wait.js';
+import type { WaitPlan } from '../host/wait.js';
 import { Deadline, type WaitOptions } from '../util/deadline.js';
 import { ServerDisconnected } from './errors.js';
 import { checkFluxGeometry, FNODE, fluxLayoutOf, NODE_ATTACHED, NODE_CLOSED, NODE_FREE, nodeLine, readFluxHeader, ringOffset, writeFluxHeader, type FluxGeometry, type FluxLayout } from './flux-layout.js';
 import { ownerAlive, ownerLabel, writeOwner } from './owner.js';
-import { createLayerSegment, defaultJob, openLayerSegment } from './segment.js';
+import { createLayerSegment, defaultJob, openLayerSegment, removeLayerSegment } from './segment.js';
 import { StampedRing } from './stamped-ring.js';
+import { Waiter } from './waiter.js';
 
 export interface FluxOptions extends Partial<Omit<FluxGeometry, 'nodes'>> {
   /** Number of daemons (nodes 0..nodes-1). */
@@ -43,7 +43,7 @@ export interface FluxRequest {
 }
 
 /** One daemon's end of a Flux mesh. Not shared between threads. */
-export class FluxNode<T = unknown> {
+export class FluxNode<T = unknown> extends Waiter {
   readonly name: string;
   readonly nodeId: number;
   readonly layout: FluxLayout;
@@ -63,12 +63,13 @@ export class FluxNode<T = unknown> {
   private readonly freeTop: Int32Array;
   private readonly inflightTo: Int32Array;
   private readonly request: FluxRequest;
-  private readonly bell: FutexBell;
+  protected readonly bell: FutexBell;
   private inflight = 0;
   private at = 0;
   private closed = false;
 
   private constructor(name: string, sab: SharedArrayBuffer, layout: FluxLayout, nodeId: number, owner: boolean) {
+    super();
     this.name = name;
     this.layout = layout;
     this.nodeId = nodeId;
@@ -218,7 +219,7 @@ export class FluxNode<T = unknown> {
     ringBell(this.i32, line + FNODE.SLEEPING, line + FNODE.BELL);
   }
 
-  /** A reply or a call is waiting. */
+  /** A reply or a call is waiting (what wait() and waitSync() wait for; they fail with ServerDisconnected when a node owing replies is gone). */
   ready(): boolean {
     for (let j = 0; j < this.layout.nodes; j++) {
       if (j === this.nodeId) continue;
@@ -226,19 +227,6 @@ export class FluxNode<T = unknown> {
       if (this.inflightTo[j] > 0 && this.repliesIn[j].ready(this.replyInPos[j])) return true;
     }
     return this.closed;
-  }
-
-  private readonly isReady = () => this.ready();
-
-  /** Blocks until a reply or a call arrives; ServerDisconnected when a node owing replies is gone. */
-  waitSync(options: WaitOptions = {}): void {
-    if (this.ready()) return;
-    waitSync(this.isReady, this.bell, this.plan('waitSync', options));
-  }
-
-  wait(options: WaitOptions = {}): Promise<void> {
-    if (this.ready()) return Promise.resolve();
-    return waitAsync(this.isReady, this.bell, this.plan('wait', options));
   }
 
   /** Leaves the mesh (peers with calls to this node fail); node 0 also unlinks the segment. */
@@ -251,7 +239,7 @@ export class FluxNode<T = unknown> {
       Atomics.add(this.i32, line + FNODE.BELL, 1);
       ringBell(this.i32, line + FNODE.SLEEPING, line + FNODE.BELL);
     }
-    if (this.owner) unlinkSegment(this.name);
+    if (this.owner) removeLayerSegment(this.name);
   }
 
   private checkTarget(j: number, what: string): void {
@@ -271,7 +259,7 @@ export class FluxNode<T = unknown> {
     }
   }
 
-  private plan(what: string, options: WaitOptions): WaitPlan {
+  protected plan(what: string, options: WaitOptions): WaitPlan {
     return {
       oversubscribed: this.layout.nodes > availableParallelism(),
       call: { deadline: new Deadline(options.timeoutMs, options.signal), what: `Flux node ${this.nodeId} of ${this.name}: ${what}` },

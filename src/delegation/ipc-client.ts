@@ -14,14 +14,16 @@
 import { availableParallelism } from 'node:os';
 import { WeftError } from '../errors.js';
 import { FutexBell, ringBell } from '../host/futex-bell.js';
-import { waitAsync, waitSync, type WaitPlan } from '../host/wait.js';
+import type { WaitPlan } from '../host/wait.js';
 import { Deadline, type WaitOptions } from '../util/deadline.js';
 import { claimId } from './claim.js';
 import { ServerDisconnected } from './errors.js';
 import { clientBlock, ICLI, IH, IPC_ATTACHED, IPC_CLOSING, IPC_RELEASED, ISRV, readIpcHeader, type IpcLayout } from './ipc-layout.js';
-import { ownerAlive, ownerLabel, writeOwner } from './owner.js';
+import { ownerAlive, writeOwner } from './owner.js';
 import { openLayerSegment } from './segment.js';
+import { ServerWatch } from './server-watch.js';
 import { StampedRing } from './stamped-ring.js';
+import { Waiter } from './waiter.js';
 
 export interface IpcClientOptions {
   /** Expected request size: a mismatch with the server's is refused at connect. */
@@ -32,10 +34,7 @@ export interface IpcClientOptions {
   timeoutMs?: number;
 }
 
-const LIVENESS_EVERY = 1024;
-const LIVENESS_MS = 50;
-
-export class IpcClient<U = unknown> {
+export class IpcClient<U = unknown> extends Waiter {
   readonly clientId: number;
   readonly layout: IpcLayout;
   private readonly name: string;
@@ -47,18 +46,18 @@ export class IpcClient<U = unknown> {
   private readonly free: Int32Array;
   private readonly busy: Uint8Array;
   private readonly users: (U | undefined)[];
-  private readonly bell: FutexBell;
+  protected readonly bell: FutexBell;
+  private readonly watch: ServerWatch;
   private readonly timeoutMs?: number;
   private freeTop: number;
   private reqPos: number;
   private respPos: number;
   private inflight = 0;
-  private calls = 0;
-  private lastLiveness = 0;
   private openTag = -1;
   private closed = false;
 
   private constructor(name: string, sab: SharedArrayBuffer, layout: IpcLayout, id: number, o: IpcClientOptions) {
+    super();
     this.name = name;
     this.layout = layout;
     this.clientId = id;
@@ -74,6 +73,7 @@ export class IpcClient<U = unknown> {
     this.users = new Array<U | undefined>(layout.depth).fill(undefined);
     this.bell = new FutexBell(this.i32, this.line + ICLI.SLEEPING, this.line + ICLI.BELL);
     this.timeoutMs = o.timeoutMs;
+    this.watch = new ServerWatch(this.i32, IH.SERVER_ALIVE >> 2, this.i32, this.srv + ISRV.STATE, `IpcClient ${id}`, name, () => `${this.inflight} call(s) in flight are lost`);
     // A released id resumes where its previous owner (or the server, for a dead one) left it.
     this.reqPos = Atomics.load(this.i32, this.line + ICLI.RESUME_REQ);
     this.respPos = Atomics.load(this.i32, this.line + ICLI.RESUME_RESP);
@@ -115,7 +115,7 @@ export class IpcClient<U = unknown> {
     if (this.closed) throw new WeftError('ECLOSED', `IpcClient ${this.clientId} of ${this.name} is closed`);
     if (this.openTag >= 0) throw new WeftError('EINVAL', `IpcClient ${this.clientId}: begin() twice without commit()`);
     if (this.freeTop === 0) return null;
-    if (Atomics.load(this.i32, IH.SERVER_ALIVE >> 2) !== 1 || ((++this.calls & (LIVENESS_EVERY - 1)) === 0 && this.livenessDue())) this.checkServer('call');
+    this.watch.onCall();
     const tag = this.free[--this.freeTop];
     this.users[tag] = userData;
     this.openTag = tag;
@@ -160,20 +160,6 @@ export class IpcClient<U = unknown> {
     return this.inflight > 0 && this.resp.ready(this.respPos);
   }
 
-  private readonly isReady = () => this.ready();
-
-  waitSync(options: WaitOptions = {}): void {
-    if (this.ready()) return;
-    this.checkIdle('waitSync');
-    waitSync(this.isReady, this.bell, this.plan('waitSync for responses', options));
-  }
-
-  wait(options: WaitOptions = {}): Promise<void> {
-    if (this.ready()) return Promise.resolve();
-    this.checkIdle('wait');
-    return waitAsync(this.isReady, this.bell, this.plan('wait for responses', options));
-  }
-
   /** Detaches; the id is reusable once the server answered what is in flight. */
   close(): void {
     if (this.closed) return;
@@ -187,28 +173,15 @@ export class IpcClient<U = unknown> {
     }
   }
 
-  private checkIdle(what: string): void {
+  protected override checkWait(what: string): void {
     if (this.inflight === 0) throw new WeftError('EINVAL', `IpcClient ${this.clientId}: ${what} with no call in flight would never end`);
   }
 
-  private livenessDue(): boolean {
-    const now = performance.now();
-    if (now - this.lastLiveness < LIVENESS_MS) return false;
-    this.lastLiveness = now;
-    return true;
-  }
-
-  private checkServer(what: string): void {
-    const alive = Atomics.load(this.i32, IH.SERVER_ALIVE >> 2) === 1;
-    if (alive && Atomics.load(this.i32, this.srv + ISRV.STATE) === 1 && ownerAlive(this.i32, this.srv)) return;
-    throw new ServerDisconnected(`IpcClient ${this.clientId}: ${what}: the server of ${this.name} (${ownerLabel(this.i32, this.srv)}) ${alive ? 'died' : 'closed'}; ${this.inflight} call(s) in flight are lost; reconnect to a new server`);
-  }
-
-  private plan(what: string, options: WaitOptions): WaitPlan {
+  protected plan(what: string, options: WaitOptions): WaitPlan {
     return {
       oversubscribed: this.attached() + 1 > availableParallelism(),
       call: { deadline: new Deadline(options.timeoutMs ?? this.timeoutMs, options.signal), what: `IpcClient ${this.clientId} of ${this.name}: ${what}` },
-      probe: () => this.checkServer(what),
+      probe: () => this.watch.check(what),
     };
   }
 

@@ -18,15 +18,15 @@
 import { availableParallelism } from 'node:os';
 import { WeftError } from '../errors.js';
 import { FutexBell, ringBell } from '../host/futex-bell.js';
-import { unlinkSegment } from '../host/segments.js';
-import { waitAsync, waitSync, type WaitPlan } from '../host/wait.js';
+import type { WaitPlan } from '../host/wait.js';
 import { Deadline, type WaitOptions } from '../util/deadline.js';
 import {
   checkIpcGeometry, clientBlock, ICLI, IH, IPC_ATTACHED, IPC_CLOSING, IPC_DEAD, IPC_RELEASED, ipcLayoutOf, ISRV, writeIpcHeader, type IpcGeometry, type IpcLayout,
 } from './ipc-layout.js';
 import { ownerAlive, writeOwner } from './owner.js';
-import { createLayerSegment, defaultJob } from './segment.js';
+import { createLayerSegment, defaultJob, removeLayerSegment } from './segment.js';
 import { StampedRing } from './stamped-ring.js';
+import { Waiter } from './waiter.js';
 
 /** Options of IpcServer.create. */
 export interface IpcServerOptions extends Partial<IpcGeometry> {
@@ -49,7 +49,7 @@ const IDLE_AFTER = 64;
 /** ...is looked at only every this many passes (a power of two). */
 const SKIP_EVERY = 8;
 
-export class IpcServer {
+export class IpcServer extends Waiter {
   readonly name: string;
   readonly layout: IpcLayout;
   readonly stats = { clientsReaped: 0, malformed: 0 };
@@ -62,7 +62,7 @@ export class IpcServer {
   private readonly idle: Int32Array;
   private readonly live: Uint8Array;
   private readonly entry: IpcRequest;
-  private readonly bell: FutexBell;
+  protected readonly bell: FutexBell;
   private readonly reapIntervalMs: number;
   private limit = 0;
   private at = 0;
@@ -71,6 +71,7 @@ export class IpcServer {
   private closed = false;
 
   private constructor(name: string, sab: SharedArrayBuffer, layout: IpcLayout, o: IpcServerOptions) {
+    super();
     this.name = name;
     this.layout = layout;
     this.i32 = new Int32Array(sab);
@@ -172,18 +173,6 @@ export class IpcServer {
     return false;
   }
 
-  private readonly isReady = () => this.ready();
-
-  waitSync(options: WaitOptions = {}): void {
-    if (this.ready()) return;
-    waitSync(this.isReady, this.bell, this.plan('waitSync', options));
-  }
-
-  wait(options: WaitOptions = {}): Promise<void> {
-    if (this.ready()) return Promise.resolve();
-    return waitAsync(this.isReady, this.bell, this.plan('wait', options));
-  }
-
   /** Marks the server gone (clients fail with ServerDisconnected) and unlinks the segment. */
   close(): void {
     if (this.closed) return;
@@ -195,10 +184,10 @@ export class IpcServer {
       Atomics.add(this.i32, line + ICLI.BELL, 1);
       ringBell(this.i32, line + ICLI.SLEEPING, line + ICLI.BELL);
     }
-    unlinkSegment(this.name);
+    removeLayerSegment(this.name);
   }
 
-  private plan(what: string, options: WaitOptions): WaitPlan {
+  protected plan(what: string, options: WaitOptions): WaitPlan {
     let attached = 0;
     for (let c = 0; c < this.limit; c++) attached += this.live[c];
     return {

@@ -5,7 +5,8 @@
  */
 import { threadId } from 'node:worker_threads';
 import { WeftError } from '../errors.js';
-import { createSegment, devicePrefix, openSegment } from '../host/segments.js';
+import { native } from '../native/binding.js';
+import { createSegment, devicePrefix, openSegment, unlinkSegment } from '../host/segments.js';
 
 let made = 0;
 
@@ -17,7 +18,17 @@ export function defaultJob(): string {
 /** Creates a fresh segment of `bytes` for `kind` ('dlgrpc', 'ipc', 'flux'); returns name and memory. */
 export function createLayerSegment(job: string, kind: string, bytes: number): { name: string; sab: SharedArrayBuffer } {
   const name = `${devicePrefix(job, `t${threadId}n${made++}`)}.${kind}`;
-  return { name, sab: createSegment(name, bytes) };
+  const sab = createSegment(name, bytes);
+  // A server that ends on an exception, or a worker terminated before close(), must not
+  // leave its segment behind; a SIGKILLed process is for sweepDeadSegments.
+  native.shmUnlinkAtExit(name, true);
+  return { name, sab };
+}
+
+/** Unlinks a segment made by createLayerSegment (its owner's close()). */
+export function removeLayerSegment(name: string): void {
+  native.shmUnlinkAtExit(name, false);
+  unlinkSegment(name);
 }
 
 /** Maps the segment `name` made by a server of `what`; a clear error when it is not there. */

@@ -98,6 +98,8 @@ export interface NativeBinding {
   shmCreate(name: string, size: number): SharedArrayBuffer;
   shmOpen(name: string): SharedArrayBuffer;
   shmUnlink(name: string): boolean;
+  /** Unlinks `name` when this thread's Node environment ends (a terminated worker too); false takes it back. */
+  shmUnlinkAtExit(name: string, yes: boolean): void;
   memcpyBandwidth(bytes: number, iterations: number, slots?: number): number;
   copyBytes(dst: Uint8Array, dstOffset: number, src: Uint8Array, srcOffset: number, length: number): void;
   futexWake(word: Int32Array, index: number, count?: number): number;

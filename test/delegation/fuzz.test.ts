@@ -27,11 +27,9 @@ for (const kind of ['dlg', 'ipc'] as const) {
       const name = ready.name as string;
       const clients = [0, 1].map((p) => start('processes', { role: `${kind}-client`, name, producer: p, calls: 1e9, qd: 4, timeoutMs: 1_500 }));
       const hostile = start('processes', { role: 'hostile', name, ms: 1_500, seed });
-      const t0 = performance.now();
       const ends = await Promise.all([server, ...clients].map((p) => p.next('done', 30_000).catch((e: Error) => ({ event: 'hang', message: e.message }) as Msg)));
       await hostile.next('done', 30_000);
       for (const [i, m] of ends.entries()) assert.ok(acceptable(m), `party ${i}: ${JSON.stringify(m)}`);
-      assert.ok(performance.now() - t0 < 30_000);
       await Promise.all([server, ...clients, hostile].map((p) => p.exited));
       sweepDeadSegments(server.pid);
       unlinkSegment(name);

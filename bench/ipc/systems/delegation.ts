@@ -1,7 +1,7 @@
 /** `delegation`: weft's delegationrpc (one shared MPSC ring, per-client response slots). */
 import { DelegationClient, DelegationServer } from '../../../src/delegation/index.js';
 import { nextPow2, type IpcSystem } from '../system.js';
-import { runCaller } from './delegation-driver.js';
+import { runCaller } from './weft-caller.js';
 
 const system: IpcSystem = {
   name: 'delegation',

@@ -1,7 +1,7 @@
 /** `flux`: weft's Flux mesh; the server is node 0 and client i is node i + 1. */
 import { FluxNode } from '../../../src/delegation/index.js';
 import { nextPow2, type IpcSystem } from '../system.js';
-import { runCaller } from './delegation-driver.js';
+import { runCaller } from './weft-caller.js';
 
 const system: IpcSystem = {
   name: 'flux',

@@ -1,7 +1,7 @@
 /** `ipc`: weft's ipc (a request and a response SPSC ring per client, flat combining). */
 import { IpcClient, IpcServer } from '../../../src/delegation/index.js';
 import { nextPow2, type IpcSystem } from '../system.js';
-import { runCaller } from './delegation-driver.js';
+import { runCaller } from './weft-caller.js';
 
 const system: IpcSystem = {
   name: 'ipc',

@@ -1,0 +1,50 @@
+/**
+ * A client's view of its server's health: the segment's alive flag (a clean close) on
+ * every call, and the server thread's liveness (a crash) every LIVENESS_EVERY-th call but at
+ * most every LIVENESS_MS, since reading /proc costs microseconds. Waits check both each
+ * time they sleep.
+ */
+import { ServerDisconnected } from './errors.js';
+import { ownerAlive, ownerLabel } from './owner.js';
+
+const LIVENESS_EVERY = 1024;
+const LIVENESS_MS = 50;
+
+export class ServerWatch {
+  private calls = 0;
+  private last = 0;
+
+  /**
+   * @param flag the segment's server-alive flag: `flag[flagIndex]` is 1 while it serves
+   * @param i32 the segment, whose word `line` starts the server's line (state, owner)
+   * @param who names the client in errors, `name` the segment; `lost` says what a disconnection loses
+   */
+  constructor(
+    private readonly flag: Uint8Array | Int32Array,
+    private readonly flagIndex: number,
+    private readonly i32: Int32Array,
+    private readonly line: number,
+    private readonly who: string,
+    private readonly name: string,
+    private readonly lost: () => string,
+  ) {}
+
+  /** On every call: cheap unless the flag dropped or a liveness check is due. */
+  onCall(): void {
+    if (Atomics.load(this.flag, this.flagIndex) !== 1 || ((++this.calls & (LIVENESS_EVERY - 1)) === 0 && this.due())) this.check('call');
+  }
+
+  /** Throws ServerDisconnected when the server closed or its thread is gone. */
+  check(what: string): void {
+    const open = Atomics.load(this.flag, this.flagIndex) === 1;
+    if (open && Atomics.load(this.i32, this.line) === 1 && ownerAlive(this.i32, this.line)) return;
+    throw new ServerDisconnected(`${this.who}: ${what}: the server of ${this.name} (${ownerLabel(this.i32, this.line)}) ${open ? 'died' : 'closed'}; ${this.lost()}; reconnect to a new server`);
+  }
+
+  private due(): boolean {
+    const now = performance.now();
+    if (now - this.last < LIVENESS_MS) return false;
+    this.last = now;
+    return true;
+  }
+}
