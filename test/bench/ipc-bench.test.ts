@@ -1,6 +1,6 @@
 /**
- * Smoke test of `weft bench ipc` with its Node baselines (postMessage, MessageChannel,
- * node:net, floor), run in-process with the --quick settings and tiny call counts, in both
+ * Smoke test of `weft bench ipc`, weft's three systems and the Node baselines (postMessage,
+ * MessageChannel, node:net, floor), run in-process with the --quick settings and tiny call counts, in both
  * placements: records come back with sane numbers, and no worker thread, child process or
  * /dev/shm segment outlives the run. A system that hangs (spinning in its client) is reported
  * as skipped once its timeout passes, its workers and children ended. node:net's frame
@@ -21,7 +21,7 @@ const dir = mkdtempSync(path.join(tmpdir(), 'weft-ipc-bench-'));
 const lines: string[] = [];
 
 const quick = (o: Partial<IpcBenchOptions>): IpcBenchOptions => ({
-  systems: ['postMessage', 'MessageChannel', 'node:net', 'floor'],
+  systems: ['postMessage', 'MessageChannel', 'node:net', 'floor', 'delegation', 'ipc', 'flux'],
   placements: ['threads', 'processes'],
   clients: [1, 2],
   qd: [1, 64],
@@ -71,12 +71,12 @@ test.before(async () => {
   baseSegments = listSegments();
 });
 
-test('baselines in both placements: one record per point with sane numbers', async () => {
+test('every system in both placements: one record per point with sane numbers', async () => {
   const { records, skipped } = await runIpcBench(quick({}));
   assert.equal(skipped, [], lines.join('\n'));
   const keys = records.map((r) => `${r.system} ${r.placement} ${r.clients} ${r.qd}`).sort();
   const want: string[] = [];
-  for (const s of ['postMessage', 'MessageChannel', 'node:net', 'floor']) {
+  for (const s of ['postMessage', 'MessageChannel', 'node:net', 'floor', 'delegation', 'ipc', 'flux']) {
     for (const p of s === 'postMessage' || s === 'MessageChannel' ? ['threads'] : ['threads', 'processes']) {
       for (const c of [1, 2]) for (const q of [1, 64]) want.push(`${s} ${p} ${c} ${q}`);
     }
