@@ -89,27 +89,33 @@ Napi::Value FutexWait(const Napi::CallbackInfo& info) {
 }
 
 // Waits on a libuv pool thread so the event loop keeps running; holds the array alive.
+// The promise is settled through the C API with its status ignored: when a worker thread is
+// terminated while this wait is pending, the completion runs during the environment's
+// teardown, where settling fails; node-addon-api's Deferred would turn that failure into a
+// throw, and a throw there is a fatal error that takes the whole process down.
 class FutexWaitWorker : public Napi::AsyncWorker {
  public:
   FutexWaitWorker(Napi::Env env, Napi::Object array, int32_t* word, int32_t expected, double ms)
-      : Napi::AsyncWorker(env, "weft.futexWaitAsync"),
-        deferred_(Napi::Promise::Deferred::New(env)),
-        word_(word),
-        expected_(expected),
-        ms_(ms) {
+      : Napi::AsyncWorker(env, "weft.futexWaitAsync"), word_(word), expected_(expected), ms_(ms) {
+    napi_create_promise(env, &deferred_, &promise_);
     keep_ = Napi::Persistent(array);
   }
-  Napi::Promise Promise() { return deferred_.Promise(); }
+  napi_value Promise() const { return promise_; }
   void Execute() override {
     struct timespec ts = ToTimespec(ms_);
     long rc = Futex(word_, FUTEX_WAIT, expected_, &ts);
     result_ = WaitResult(rc, errno);
   }
-  void OnOK() override { deferred_.Resolve(Napi::String::New(Env(), result_)); }
-  void OnError(const Napi::Error& e) override { deferred_.Reject(e.Value()); }
+  void OnOK() override {
+    napi_value v;
+    if (napi_create_string_utf8(Env(), result_, NAPI_AUTO_LENGTH, &v) != napi_ok) return;
+    napi_resolve_deferred(Env(), deferred_, v);
+  }
+  void OnError(const Napi::Error& e) override { napi_reject_deferred(Env(), deferred_, e.Value()); }
 
  private:
-  Napi::Promise::Deferred deferred_;
+  napi_deferred deferred_ = nullptr;
+  napi_value promise_ = nullptr;
   Napi::ObjectReference keep_;
   int32_t* word_;
   int32_t expected_;
@@ -127,9 +133,9 @@ Napi::Value FutexWaitAsync(const Napi::CallbackInfo& info) {
   if (!(ms >= 0) || ms > 60000) return Fail(env, "EINVAL", "futexWaitAsync: timeoutMs must be in [0, 60000]");
   auto* worker = new FutexWaitWorker(env, info[0].As<Napi::Object>(), word,
                                      info[2].As<Napi::Number>().Int32Value(), ms);
-  Napi::Promise p = worker->Promise();
+  napi_value p = worker->Promise();
   worker->Queue();
-  return p;
+  return Napi::Value(env, p);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
  * owner is gone and unlink it: a crashed rank must not leak /dev/shm.
  */
 import { readdirSync } from 'node:fs';
+import { isMainThread } from 'node:worker_threads';
 import { native } from '../native/binding.js';
 import { localIdentity } from './identity.js';
 import { WeftError } from '../errors.js';
@@ -58,10 +59,16 @@ export function sweepDeadSegments(pid?: number): string[] {
   return removed;
 }
 
-/** Creates a segment (0600, exclusive) and maps it. */
-export function createSegment(name: string, bytes: number): SharedArrayBuffer {
+/**
+ * Creates a segment (0600, exclusive) and maps it. With `threadOwned`, a worker thread that
+ * ends (terminated, or on an exception) before unlinking it still removes it: its process
+ * lives on, so sweepDeadSegments would not.
+ */
+export function createSegment(name: string, bytes: number, threadOwned = false): SharedArrayBuffer {
   try {
-    return native.shmCreate(name, bytes);
+    const sab = native.shmCreate(name, bytes);
+    if (threadOwned && !isMainThread) native.shmUnlinkAtExit(name, true);
+    return sab;
   } catch (err) {
     const e = err as { code?: string; message?: string };
     const hint = e.code === 'ENOSPC' || e.code === 'ENOMEM' ? ' (/dev/shm is full: free space or raise its size, e.g. docker --shm-size)' : '';
@@ -76,6 +83,7 @@ export function openSegment(name: string): SharedArrayBuffer {
 
 /** Unlinks a segment; missing is fine. */
 export function unlinkSegment(name: string): void {
+  if (!isMainThread) native.shmUnlinkAtExit(name, false);
   try {
     native.shmUnlink(name);
   } catch {

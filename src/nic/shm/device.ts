@@ -4,6 +4,7 @@
  */
 import { hostCores } from '../../host/placement.js';
 import { randomInt } from 'node:crypto';
+import { isMainThread, threadId } from 'node:worker_threads';
 import { WeftError } from '../../errors.js';
 import { localIdentity, type ProcessIdentity } from '../../host/identity.js';
 import { LocalCompletions } from '../local-completions.js';
@@ -83,9 +84,12 @@ export class ShmDevice implements Device, QpHost {
     this.identity = localIdentity();
     // Segments of crashed processes are removed before we add our own.
     sweepDeadSegments();
-    this.prefix = devicePrefix(options.job ?? process.env.WEFT_JOB ?? 'weft', `d${deviceCounter++}`);
+    // Each worker thread has its own module instance (its own counter): the thread id keeps
+    // the names of devices made in different threads of one process apart.
+    const dev = isMainThread ? `d${deviceCounter++}` : `t${threadId}d${deviceCounter++}`;
+    this.prefix = devicePrefix(options.job ?? process.env.WEFT_JOB ?? 'weft', dev);
     this.ctlName = `${this.prefix}.ctl`;
-    const sab = createSegment(this.ctlName, L.controlBytes(depth));
+    const sab = createSegment(this.ctlName, L.controlBytes(depth), true);
     this.ctl = new Int32Array(sab);
     this.nonce = randomInt(1, 0x7fffffff);
     const c = this.ctl;
@@ -110,7 +114,7 @@ export class ShmDevice implements Device, QpHost {
     const segId = this.nextSeg++;
     const name = `${this.prefix}.m${segId}`;
     const size = Math.ceil(byteLength / 4096) * 4096;
-    const sab = createSegment(name, size);
+    const sab = createSegment(name, size, true);
     const seg: Segment = { name, sab, u8: new Uint8Array(sab), i32: new Int32Array(sab) };
     this.segments.set(segId, seg);
     this.segBySab.set(sab, segId);
