@@ -9,6 +9,7 @@
  * await ctx.close();
  */
 export { WeftError, type WeftErrorCode } from './errors.js';
+export { PollBackoff } from './host/wait.js';
 export type { WaitOptions } from './util/deadline.js';
 export * from './nic/index.js';
 export * from './rendezvous/index.js';

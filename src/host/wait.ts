@@ -202,3 +202,62 @@ export function waitForCompletionsSync(ready: () => boolean, bell: Doorbell, ove
   if (ready()) return;
   waitSync(ready, bell, planFor(oversubscribed, `${label}: waitSync for completions`, options));
 }
+
+/**
+ * The one waiting loop for a thread that polls several sources at once (a daemon serving
+ * rings, a mesh and a completion queue): no single doorbell covers them, so a pass that
+ * found nothing calls `idle()`, which spins for the first `spinUs` of an idle stretch (returns
+ * at once), then yields the core until `yieldUs`, then sleeps in short slices that double
+ * from 50 us up to `maxSleepUs` (every source is polled again between slices). A pass that
+ * found work calls `busy()`. With more busy threads than cores (`oversubscribed`), spinning is
+ * skipped and yielding lasts longer, as in waitSync.
+ *
+ * @example
+ * const backoff = new PollBackoff({ oversubscribed: threads > cores });
+ * for (;;) {
+ *   const work = ipc.pollAll() + rpc.poll() + flux.poll();
+ *   if (work > 0) backoff.busy(); else backoff.idle();
+ * }
+ */
+export class PollBackoff {
+  private readonly spinMs: number;
+  private readonly yieldMs: number;
+  private readonly maxSleepUs: number;
+  private idleSince = -1;
+  private sleepUs = 50;
+  private readonly sleepWord = new Int32Array(new SharedArrayBuffer(4));
+  /** Idle passes that yielded and that slept (for reports). */
+  yields = 0;
+  sleeps = 0;
+
+  constructor(options: { oversubscribed?: boolean; maxSleepUs?: number } = {}) {
+    const over = options.oversubscribed ?? false;
+    this.spinMs = (over ? WAIT.oversubscribedSpinUs : WAIT.spinUs) / 1000;
+    this.yieldMs = (over ? WAIT.oversubscribedYieldUs : WAIT.yieldUs) / 1000;
+    this.maxSleepUs = options.maxSleepUs ?? 1000;
+  }
+
+  /** The last pass found work: the next idle stretch starts from spinning again. */
+  busy(): void {
+    this.idleSince = -1;
+  }
+
+  /** The last pass found nothing: spin, yield or sleep, depending on how long it has been idle. */
+  idle(): void {
+    const now = performance.now();
+    if (this.idleSince < 0) {
+      this.idleSince = now;
+      this.sleepUs = 50;
+    }
+    const idleMs = now - this.idleSince;
+    if (idleMs < this.spinMs) return;
+    if (idleMs < this.spinMs + this.yieldMs) {
+      this.yields++;
+      native.yieldThread();
+      return;
+    }
+    this.sleeps++;
+    Atomics.wait(this.sleepWord, 0, 0, this.sleepUs / 1000);
+    this.sleepUs = Math.min(this.sleepUs * 2, this.maxSleepUs);
+  }
+}

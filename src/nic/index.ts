@@ -45,8 +45,26 @@ export function parseProvider(spec: string | undefined): { kind: 'shm' } | { kin
   throw new WeftError('EINVAL', `unknown provider ${JSON.stringify(s)}: use 'shm', 'ofi', or 'ofi:<libfabric provider>' such as 'ofi:tcp', 'ofi:shm', 'ofi:verbs'`);
 }
 
-/** Creates a device on the chosen provider (option, else WEFT_PROVIDER, else shm). */
+/**
+ * Creates a device on the chosen provider (option, else WEFT_PROVIDER, else shm).
+ * `'shm+ofi'` (or `'shm+ofi:<fabric>'`) gives one device over both: each queue pair uses
+ * shared memory toward a peer on this host and the fabric toward one on another host,
+ * decided when it connects (what a job spanning hosts opens; also for threads that run
+ * their own copyrpc engine in such a job).
+ */
 export async function createDevice(options: DeviceOptions & ShmDeviceOptions = {}): Promise<Device> {
+  const spec = options.provider ?? process.env.WEFT_PROVIDER;
+  if (spec !== undefined && spec.startsWith('shm+')) {
+    const shm = new ShmDevice(options);
+    try {
+      const ofi = await createDevice({ ...options, provider: spec.slice(4) });
+      const { MixedDevice } = await import('./mixed/device.js');
+      return new MixedDevice(shm, ofi);
+    } catch (err) {
+      shm.close();
+      throw err;
+    }
+  }
   const p = parseProvider(options.provider);
   if (p.kind === 'shm') return new ShmDevice(options);
   if (!native.ofi.available) {
