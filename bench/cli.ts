@@ -13,11 +13,12 @@ import { peersCommand } from './peers/index.js';
 import { reduceCommand } from './reduce/index.js';
 import { rendezvousCommand } from './rendezvous/index.js';
 import { rpcCommand } from './rpc/index.js';
+import { kvCommand } from './kv/index.js';
 
 const bench = new Command('weft bench')
   .description('benchmarks (each prints a table and writes JSON and SVG to bench/results/ in a checkout, ./weft-bench-results/ when installed, or WEFT_BENCH_OUT)')
   .showHelpAfterError();
-for (const command of [nicCommand(), rendezvousCommand(), reduceCommand(), collectivesCommand(), rpcCommand(), ipcCommand(), peersCommand()]) bench.addCommand(command);
+for (const command of [nicCommand(), rendezvousCommand(), reduceCommand(), collectivesCommand(), rpcCommand(), ipcCommand(), kvCommand(), peersCommand()]) bench.addCommand(command);
 
 bench.parseAsync().catch((err: Error) => {
   console.error(err.message.startsWith('weft bench') ? err.message : `weft bench: ${err.message}`);
