@@ -94,8 +94,12 @@ const expHi = new Uint32Array(expLo.length);
 const keyBusy = new Uint8Array(expLo.length);
 if (cfg.verify) for (let r = 0; r < cfg.ranks; r++) for (let j = 0; j < span; j++) expLo[r * span + j] = g + G * j;
 
+/** WEFT_KV_CRASH="<rank>:<client>" (tests only): that client throws after 2000 completions. */
+const crashHere = process.env.WEFT_KV_CRASH === `${myRank}:${me}`;
+
 function complete(slot: number, buf: Uint8Array, off: number): void {
   if (!m.readResponse(buf, off)) fail(`malformed response to a request for rank ${slotTarget[slot]}`);
+  if (crashHere && stats[C.OPS] === 2000) fail('WEFT_KV_CRASH: injected failure');
   stats[C.OPS]++;
   if (slotRemote[slot] !== 0) stats[C.REMOTE]++;
   else stats[C.LOCAL]++;

@@ -1,0 +1,90 @@
+/**
+ * `weft bench kv` end to end on this host, real processes and threads: 2 ranks x 2 daemons x
+ * 2 clients (8 busy threads on this machine's cores: the waiting policy must keep them all
+ * moving), every backend with --verify, the Redis peers in the same run; --verify must catch a
+ * shard that drops puts; a client thread that dies ends the job with an error naming it.
+ */
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { spawn, spawnSync } from 'node:child_process';
+import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const BENCH = fileURLToPath(new URL('../../bench/kv/index.js', import.meta.url));
+const hasRedis = spawnSync('sh', ['-c', 'command -v redis-server']).status === 0;
+
+function bench(args: string[], env: Record<string, string> = {}, timeoutMs = 240_000): Promise<{ code: number | null; out: string; err: string; ms: number }> {
+  const out = mkdtempSync(path.join(tmpdir(), 'weft-kv-'));
+  const t0 = performance.now();
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [BENCH, '--json', '--out', out, ...args], { env: { ...process.env, ...env }, detached: true });
+    let o = '';
+    let e = '';
+    child.stdout.on('data', (d) => (o += d));
+    child.stderr.on('data', (d) => (e += d));
+    const timer = setTimeout(() => process.kill(-child.pid!, 'SIGKILL'), timeoutMs);
+    child.on('exit', (code) => {
+      clearTimeout(timer);
+      rmSync(out, { recursive: true, force: true });
+      resolve({ code, out: o, err: e, ms: performance.now() - t0 });
+    });
+  });
+}
+
+const rows = (out: string) => out.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l));
+
+test('every backend, 2 ranks x 2 daemons x 2 clients, QD 4, --verify clean, Redis peers in the same run', async () => {
+  const r = await bench(['--quick', '--verify', '--ranks', '2', '--daemons', '2', '--clients', '2', '--qd', '4', '--keys', '1024', ...(hasRedis ? [] : ['--peers', 'none'])]);
+  assert.is(r.code, 0, r.err.slice(-3000));
+  const rs = rows(r.out);
+  const systems = rs.map((x) => x.system);
+  assert.equal(systems.slice(0, 3), ['meta', 'delegation', 'direct']);
+  if (hasRedis) assert.ok(systems.includes('redis'), systems.join(','));
+  for (const x of rs.slice(0, 3)) {
+    for (const k of ['bench', 'system', 'ranks', 'hosts', 'daemons', 'clients', 'qd', 'read_ratio', 'distribution', 'mops', 'mops_per_rank', 'p50_us', 'p99_us', 'outstanding_avg', 'cqe_batch_avg']) assert.ok(k in x, `${x.system}: no ${k}`);
+    assert.is(x.bench, 'kv');
+    assert.is(x.ranks, 2);
+    assert.is(x.mismatches, 0);
+    assert.ok(x.mops > 0, `${x.system}: ${x.mops} Mops`);
+    assert.ok(x.p50_us > 0 && x.p99_us >= x.p50_us, `${x.system}: p50 ${x.p50_us} p99 ${x.p99_us}`);
+    assert.ok(x.outstanding_avg > 0, `${x.system}: no copyrpc call was ever seen in flight`);
+    assert.ok(x.local_share > 0.3 && x.local_share < 0.7, `${x.system}: local share ${x.local_share} (uniform over 2 ranks)`);
+    assert.is(x.per_rank_mops.length, 2);
+  }
+});
+
+test('--verify catches a shard that acknowledges puts without storing them', async () => {
+  const r = await bench(['--quick', '--verify', '--backends', 'meta', '--peers', 'none'], { WEFT_KV_FAULT: '50' });
+  assert.is.not(r.code, 0, r.out);
+  assert.match(r.err, /--verify found \d+ wrong get results/);
+  assert.match(r.err, /expected/);
+});
+
+test('a client thread that dies ends the job on every rank with an error naming it', async () => {
+  const r = await bench(['--quick', '--backends', 'delegation', '--peers', 'none', '--duration', '30', '--runs', '1'], { WEFT_KV_CRASH: '1:0' });
+  assert.is.not(r.code, 0);
+  assert.match(r.err, /rank 1 client 0 failed: .*injected failure/);
+  assert.ok(r.ms < 25_000, `the job took ${r.ms} ms to end; a 30 s run should stop at the failure`);
+});
+
+test('bad options are refused with a message', async () => {
+  for (const [args, re] of [
+    [['--backends', 'nope'], /backends are meta, delegation, direct/],
+    [['--distribution', 'zipfian:x'], /uniform/],
+    [['--nnodes', '2', '--peers', 'none'], /several hosts need --store/],
+    [['--poll-controller', 'adaptive'], /only 'fixed'/],
+  ] as [string[], RegExp][]) {
+    const r = await bench(args);
+    assert.is.not(r.code, 0, args.join(' '));
+    assert.match(r.err, re);
+  }
+});
+
+test.after(() => {
+  const left = readdirSync('/dev/shm').filter((n) => /^weft\.kv/.test(n));
+  assert.equal(left, []);
+});
+
+test.run();
