@@ -25,7 +25,8 @@ program
   .option('--provider <p>', "provider: 'shm', 'ofi', 'ofi:tcp', 'ofi:shm'", process.env.WEFT_PROVIDER ?? 'shm')
   .option('--laps <n>', 'token-ring laps', positiveInt, 2000)
   .option('--blocks <n>', '1 MiB writes per rank', positiveInt, 256)
-  .action(async (o: { ranks: number; provider: string; laps: number; blocks: number }) => {
+  .option('--no-kv', 'skip the few seconds of benchkv at the end')
+  .action(async (o: { ranks: number; provider: string; laps: number; blocks: number; kv: boolean }) => {
     process.exitCode = await (await import('./demo.js')).runDemo(o);
   });
 

@@ -116,6 +116,18 @@ test('shipped code imports Node built-ins and dependencies only, never a devDepe
   assert.equal(broken, []);
 });
 
+test("benchkv (bench/kv/) reaches weft only through the package's public entry points", () => {
+  const PUBLIC = new Set(['weftjs', 'weftjs/rpc', 'weftjs/delegation']);
+  const broken: string[] = [];
+  for (const file of files.filter((f) => f.startsWith('bench/kv/'))) {
+    for (const spec of imports(file)) {
+      if (spec.startsWith('weftjs') && !PUBLIC.has(spec)) broken.push(`${file} imports ${spec}`);
+      if (spec.startsWith('.') && path.normalize(path.join(path.dirname(file), spec)).startsWith('src/')) broken.push(`${file} imports ${spec} (use 'weftjs', 'weftjs/rpc' or 'weftjs/delegation')`);
+    }
+  }
+  assert.equal(broken, []);
+});
+
 test('only src/native/binding.ts loads native code', () => {
   const loaders = files.filter((f) => f.startsWith('src/') && /\bcreateRequire\b|\.node['"]/.test(readFileSync(path.join(root, f), 'utf8')));
   assert.equal(loaders, ['src/native/binding.ts']);
