@@ -12,6 +12,7 @@
  * must return this client's last completed put of the key (or the preloaded value).
  */
 import { parentPort, workerData } from 'node:worker_threads';
+import { startProfile } from './profile.js';
 import { PollBackoff } from 'weftjs';
 import { DelegationClient, IpcClient } from 'weftjs/delegation';
 import { C, CLIENT_WORDS, CTL, D, LOOP_WORDS, LoopSampler, countBatch, region } from './board.js';
@@ -183,6 +184,7 @@ while (Atomics.load(ctl, CTL.RUN) === 0 && Atomics.load(ctl, CTL.CLIENTS_STOP) =
   if (Date.now() > startBy) fail(`not started within ${cfg.timeoutMs} ms`);
   Atomics.wait(ctl, CTL.RUN, 0, 50);
 }
+const stopProfile = startProfile(who);
 const backoff = new PollBackoff({ oversubscribed: cfg.oversubscribed });
 const sampler = new LoopSampler(loopStats);
 const outstanding = (): number => {
@@ -214,6 +216,7 @@ while (Atomics.load(ctl, CTL.DAEMONS_STOP) === 0) {
   if (rpc) rpc.poll();
   Atomics.wait(ctl, CTL.DAEMONS_STOP, 0, 5);
 }
+stopProfile();
 rpc?.close();
 deleg?.close();
 for (const c of ipcs) c.close();

@@ -18,6 +18,7 @@
  *  waiting loop for threads that poll several sources.
  */
 import { parentPort, workerData } from 'node:worker_threads';
+import { startProfile } from './profile.js';
 import { PollBackoff } from 'weftjs';
 import { DelegationServer, FluxNode, IpcServer } from 'weftjs/delegation';
 import type { RecvHandle } from 'weftjs/rpc';
@@ -260,6 +261,7 @@ while (Atomics.load(ctl, CTL.RUN) === 0 && Atomics.load(ctl, CTL.DAEMONS_STOP) =
   Atomics.wait(ctl, CTL.RUN, 0, 50);
 }
 
+const stopProfile = startProfile(who);
 const backoff = new PollBackoff({ oversubscribed: cfg.oversubscribed });
 const sampler = new LoopSampler(stats);
 for (let loop = 1; ; loop++) {
@@ -280,6 +282,7 @@ for (let loop = 1; ; loop++) {
   }
 }
 
+stopProfile();
 rpc?.close();
 deleg?.close();
 flux?.close();
