@@ -22,6 +22,9 @@ import { loadKeys, redisMissing, runIoredis, runRedisBenchmark, startRedis, type
 import { BACKENDS, type Backend } from './topology.js';
 import { ZIPF_MAX_KEYS, type Distribution } from './workload.js';
 
+/** Ctrl-C: the running job is stopped (weft run stops its ranks and sweeps their segments), nothing else starts. */
+let interrupted = false;
+
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const RANK = path.join(HERE, 'rank.js');
 const WEFT = path.resolve(HERE, '../../../bin/weft.js');
@@ -195,7 +198,10 @@ function runBackend(o: KvOptions, backend: Backend, onLine: (line: string) => vo
         else onLine(line);
       }
     });
-    const stop = () => child.kill('SIGINT');
+    const stop = () => {
+      interrupted = true;
+      child.kill('SIGINT');
+    };
     process.once('SIGINT', stop);
     child.on('exit', (code, signal) => {
       process.off('SIGINT', stop);
@@ -273,6 +279,7 @@ export async function runKv(o: KvOptions): Promise<number> {
   const perBackend = o.warmup + o.runs * o.duration + 2;
   let failed = 0;
   for (const backend of o.backends) {
+    if (interrupted) break;
     const done = progress(`benchkv ${backend}`, perBackend);
     try {
       const r = await runBackend(o, backend, (line) => console.error(line));
@@ -287,6 +294,10 @@ export async function runKv(o: KvOptions): Promise<number> {
       console.error((err as Error).message);
       failed++;
     }
+  }
+  if (interrupted) {
+    console.error('benchkv: interrupted');
+    return 130;
   }
   if (o.nodeRank !== 0) return failed ? 1 : 0;
 
@@ -324,7 +335,11 @@ export async function runKv(o: KvOptions): Promise<number> {
     }
   }
 
-  if (!o.json) console.log(formatTable(rows));
+  if (!o.json) {
+    console.log(formatTable(rows));
+    const over = rows.find((r) => r.oversubscribed);
+    if (over) console.log(`note: ${over.threads_per_host} busy threads per host on ${over.cores} cores (oversubscribed): idle passes yield the core at once instead of spinning`);
+  }
   const dir = o.out ? path.resolve(o.out) : resultsDir();
   mkdirSync(dir, { recursive: true });
   const stamp = `kv-${new Date().toISOString().replace(/[:.]/g, '-')}`;

@@ -69,6 +69,22 @@ test('a client thread that dies ends the job on every rank with an error naming 
   assert.ok(r.ms < 25_000, `the job took ${r.ms} ms to end; a 30 s run should stop at the failure`);
 });
 
+test('Ctrl-C stops the run: exit 130, no rank left running, no segment left', async () => {
+  const child = spawn(process.execPath, [BENCH, '--peers', 'none', '--duration', '30', '--runs', '1'], { detached: true, stdio: ['ignore', 'ignore', 'pipe'] });
+  let err = '';
+  child.stderr!.on('data', (d) => (err += d));
+  await new Promise((r) => setTimeout(r, 4000));
+  const t0 = performance.now();
+  process.kill(-child.pid!, 'SIGINT');
+  const code = await new Promise<number | null>((resolve) => child.on('exit', resolve));
+  assert.is(code, 130, err);
+  assert.ok(performance.now() - t0 < 10_000);
+  assert.match(err, /benchkv: interrupted/);
+  const ranks = spawnSync('pgrep', ['-f', 'bench/kv/rank.js'], { encoding: 'utf8' }).stdout.trim();
+  assert.is(ranks, '', `ranks still running: ${ranks}`);
+  assert.equal(readdirSync('/dev/shm').filter((n) => n.startsWith('weft.')), []);
+});
+
 test('bad options are refused with a message', async () => {
   for (const [args, re] of [
     [['--backends', 'nope'], /backends are meta, delegation, direct/],
