@@ -2,10 +2,8 @@
 import type { Distribution } from './workload.js';
 import type { Backend } from './topology.js';
 
-export interface KvConfig {
-  backend: Backend;
-  ranks: number;
-  rank: number;
+/** The shape and workload of a run, as the command line gives them. */
+export interface KvShape {
   daemons: number;
   clients: number;
   qd: number;
@@ -18,6 +16,12 @@ export interface KvConfig {
   verify: boolean;
   /** Extra CQ polls per daemon loop when a poll returned nothing (the memo's poll budget). */
   pollBudget: number;
+}
+
+export interface KvConfig extends KvShape {
+  backend: Backend;
+  ranks: number;
+  rank: number;
   /** copyrpc ring bytes per endpoint (send and recv). */
   ringBytes: number;
   /** Device provider of the threads' copyrpc engines ('shm', 'ofi', 'shm+ofi'). */

@@ -20,6 +20,7 @@ import { RESULT_PREFIX, type RankPlan, type RankResult } from './result.js';
 import { formatTable, median, plotKv, toCsv, type KvRow, type KvSeries } from './report.js';
 import { loadKeys, redisMissing, runIoredis, runRedisBenchmark, startRedis, type RedisWorkload } from './redis-peer.js';
 import { BACKENDS, type Backend } from './topology.js';
+import type { KvShape } from './config.js';
 import { ZIPF_MAX_KEYS, type Distribution } from './workload.js';
 
 /** Ctrl-C: the running job is stopped (weft run stops its ranks and sweeps their segments), nothing else starts. */
@@ -29,33 +30,23 @@ const HERE = path.dirname(fileURLToPath(import.meta.url));
 const RANK = path.join(HERE, 'rank.js');
 const WEFT = path.resolve(HERE, '../../../bin/weft.js');
 
-export interface KvOptions {
+export interface KvOptions extends KvShape {
   ranks: number;
   nnodes: number;
   nodeRank: number;
   store?: string;
   prefix?: string;
   backends: Backend[];
-  daemons: number;
-  clients: number;
-  qd: number;
-  keys: number;
-  readRatio: number;
-  distribution: Distribution;
   workload?: 'A' | 'B' | 'C';
-  locality?: number;
   duration: number;
   warmup: number;
   runs: number;
   epochs: number;
   peers: string[];
-  pollBudget: number;
   pollController: string;
-  verify: boolean;
   quick: boolean;
   json: boolean;
   out?: string;
-  seed: number;
   ringBytes: number;
   timeoutMs: number;
   bind: boolean;

@@ -10,9 +10,9 @@
  * Run as a child (`node redis-peer.js drive <json>`) for the ioredis processes.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
+import { freePort } from '../../harness/ports.js';
 import { generate, type Distribution } from './workload.js';
 
 export interface RedisWorkload {
@@ -45,17 +45,6 @@ function has(cmd: string): boolean {
 export function redisMissing(): string | undefined {
   if (!has('redis-server')) return 'redis-server is not installed (Debian: apt-get install redis-server)';
   return undefined;
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address() as { port: number };
-      s.close(() => resolve(port));
-    });
-    s.on('error', reject);
-  });
 }
 
 /** A redis-server of our own: no persistence, loopback only; stopped by `stop()`. */

@@ -7,6 +7,8 @@
  * otherwise. With `partition` (for --verify), client g of G only uses keys k with k % G == g.
  */
 
+import { prng } from '../../harness/data.js';
+
 export type Distribution = { kind: 'uniform' } | { kind: 'zipfian'; theta: number };
 
 export interface WorkloadSpec {
@@ -29,16 +31,10 @@ export interface Workload {
   read: Uint8Array;
 }
 
-/** mulberry32: a small, fast, seedable 32-bit generator (uniform floats in [0, 1)). */
-export function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
+/** Uniform floats in [0, 1) from the harness's seeded xorshift32 (the tests' generator too). */
+export function uniformRandom(seed: number): () => number {
+  const next = prng(seed);
+  return () => next() / 4294967296;
 }
 
 /** Largest key range a zipfian draw tabulates (8 bytes of CDF per key). */
@@ -81,7 +77,7 @@ export function scramble(i: number, n: number): number {
 }
 
 export function generate(spec: WorkloadSpec): Workload {
-  const random = prng(spec.seed);
+  const random = uniformRandom(spec.seed);
   const part = spec.partition;
   // With a partition the client draws an index into its own keys: k = index + count * j.
   const span = part ? Math.max(1, Math.floor((spec.keys - part.index + part.count - 1) / part.count)) : spec.keys;

@@ -206,11 +206,18 @@ export async function launch(o: LaunchOptions): Promise<number> {
         // A rank that was killed cannot remove its shared memory; its launcher can (a rank
         // that exited cleanly left nothing: the sweep then finds nothing of its pid).
         if (child.pid) sweepProcessSegments(child.pid);
-        if ((code !== 0 || signal) && !stopping) {
-          failure ??= `rank ${rank} ${signal ? `was killed by ${signal}` : `exited with status ${code}`}${stoppedRanks()}`;
-          rankFailed();
-        }
-        if (--remaining === 0) resolve();
+        const judge = () => {
+          if ((code !== 0 || signal) && !stopping && !interrupted) {
+            failure ??= `rank ${rank} ${signal ? `was killed by ${signal}` : `exited with status ${code}`}${stoppedRanks()}`;
+            rankFailed();
+          }
+          if (--remaining === 0) resolve();
+        };
+        // Ctrl-C signals the whole process group: a rank may die of it before our own
+        // handler runs. Give the launcher's SIGINT a moment to arrive, so the job reads as
+        // interrupted (130), not as a failed rank.
+        if (signal === 'SIGINT' && !stopping) setTimeout(judge, 100);
+        else judge();
       });
     }
   });
