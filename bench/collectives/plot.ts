@@ -5,17 +5,12 @@
  *
  * Re-plot a results file: node dist/bench/collectives/plot.js <collectives-*.json> <out dir>
  */
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import * as vega from 'vega';
-import * as vl from 'vega-lite';
+import type * as vl from 'vega-lite';
 import type { CollectiveResult } from './metrics.js';
-
-async function render(spec: vl.TopLevelSpec, file: string): Promise<void> {
-  const view = new vega.View(vega.parse(vl.compile(spec).spec), { renderer: 'none' });
-  writeFileSync(file, await view.toSVG());
-}
+import { renderSvg as render } from '../lib/svg.js';
 
 function series(r: CollectiveResult): string {
   return r.system === 'floor' ? `memory floor (${r.provider})` : `${r.system} ${r.provider}`;

@@ -19,6 +19,7 @@ import { availableParallelism } from 'node:os';
 import path from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { positiveInt } from '../../src/cli/arguments.js';
+import { renderSvg } from '../lib/svg.js';
 import { applyQuick, runIfMain } from '../lib/command.js';
 import { formatNumber, median, saveResults, table, type BenchRecord } from '../lib/stats.js';
 import { livePeers, runPoint, sweepBenchSegments } from './harness.js';
@@ -206,10 +207,6 @@ export function ipcReport(records: IpcRecord[], cores = availableParallelism()):
 
 /** Throughput vs QD per system, 1 client, one SVG per placement (log scales). */
 export async function plotIpc(records: IpcRecord[], outDir: string): Promise<string[]> {
-  const { mkdirSync, writeFileSync } = await import('node:fs');
-  const vega = await import('vega');
-  const vl = await import('vega-lite');
-  mkdirSync(outDir, { recursive: true });
   const bytes = records[0]?.bytes;
   const files: string[] = [];
   for (const placement of ['threads', 'processes'] as const) {
@@ -228,10 +225,7 @@ export async function plotIpc(records: IpcRecord[], outDir: string): Promise<str
       width: 460,
       height: 280,
     };
-    const view = new vega.View(vega.parse(vl.compile(spec as never).spec), { renderer: 'none' });
-    const file = path.join(outDir, `ipc-${placement}.svg`);
-    writeFileSync(file, await view.toSVG());
-    files.push(file);
+    files.push(await renderSvg(spec as never, path.join(outDir, `ipc-${placement}.svg`)));
   }
   return files;
 }

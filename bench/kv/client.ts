@@ -78,7 +78,6 @@ const slotKey = new Int32Array(qd);
 const slotTarget = new Int32Array(qd);
 const slotOp = new Uint8Array(qd);
 const slotLo = new Uint32Array(qd);
-const slotRemote = new Uint8Array(qd);
 const free: number[] = [];
 for (let s = qd - 1; s >= 0; s--) free.push(s);
 let inflight = 0;
@@ -102,7 +101,7 @@ function complete(slot: number, buf: Uint8Array, off: number): void {
   if (!m.readResponse(buf, off)) fail(`malformed response to a request for rank ${slotTarget[slot]}`);
   if (crashHere && stats[C.OPS] === 2000) fail('WEFT_KV_CRASH: injected failure');
   stats[C.OPS]++;
-  if (slotRemote[slot] !== 0) stats[C.REMOTE]++;
+  if (slotTarget[slot] !== myRank) stats[C.REMOTE]++;
   else stats[C.LOCAL]++;
   const t = started[slot];
   if (t > 0) {
@@ -157,7 +156,6 @@ function issue(): boolean {
   slotTarget[slot] = target;
   slotOp[slot] = op;
   slotLo[slot] = lo;
-  slotRemote[slot] = target === myRank ? 0 : 1;
   started[slot] = ++issued % RTT_SAMPLE === 0 ? performance.now() : 0;
   if (vi >= 0) keyBusy[vi] = 1;
   inflight++;

@@ -1,7 +1,7 @@
 /** benchkv's outputs: the rows, the table, CSV, and the SVG plots (Vega-Lite, when installed). */
-import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { table } from '../lib/stats.js';
+import { renderSvg } from '../lib/svg.js';
 import type { RankResult } from './result.js';
 
 /** One line of `--json`, one row of the table and the CSV. */
@@ -87,14 +87,7 @@ export interface KvSeries {
  * devDependency: an installed package skips the plots and says so.
  */
 export async function plotKv(rows: KvRow[], series: KvSeries[], outDir: string): Promise<string[]> {
-  const vega = await import('vega');
-  const vl = await import('vega-lite');
-  mkdirSync(outDir, { recursive: true });
-  const render = async (spec: import('vega-lite').TopLevelSpec, file: string) => {
-    const view = new vega.View(vega.parse(vl.compile(spec).spec), { renderer: 'none' });
-    writeFileSync(file, await view.toSVG());
-    return file;
-  };
+  const render = renderSvg;
   const files: string[] = [];
   files.push(
     await render(

@@ -2,18 +2,11 @@
  * Renders benchmark records as SVG charts with Vega-Lite (headless: no browser, no canvas).
  * Usage: node dist/bench/lib/plot.js <results.json> <out dir>
  */
-import { readFileSync, writeFileSync, mkdirSync } from 'node:fs';
+import { readFileSync, mkdirSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import * as vega from 'vega';
-import * as vl from 'vega-lite';
 import type { BenchRecord } from './stats.js';
-
-async function render(spec: vl.TopLevelSpec, file: string): Promise<void> {
-  const compiled = vl.compile(spec).spec;
-  const view = new vega.View(vega.parse(compiled), { renderer: 'none' });
-  writeFileSync(file, await view.toSVG());
-}
+import { renderSvg as render } from './svg.js';
 
 /** Writes nic-rtt.svg and nic-stream.svg into `outDir`; returns their paths. */
 export async function plotNic(records: BenchRecord[], outDir: string): Promise<string[]> {

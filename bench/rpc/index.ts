@@ -11,6 +11,7 @@ import { fileURLToPath } from 'node:url';
 import { Command } from 'commander';
 import { positiveInt } from '../../src/cli/arguments.js';
 import { runIfMain } from '../lib/command.js';
+import { renderSvg } from '../lib/svg.js';
 import { native } from '../../src/native/binding.js';
 import { runScenario } from '../../harness/local-group.js';
 import { formatNumber, median, saveResults, table, type BenchRecord } from '../lib/stats.js';
@@ -108,10 +109,6 @@ export function rpcReport(records: BenchRecord[]): string {
 }
 
 export async function plotRpc(records: BenchRecord[], outDir: string): Promise<string[]> {
-  const { mkdirSync, writeFileSync } = await import('node:fs');
-  const vega = await import('vega');
-  const vl = await import('vega-lite');
-  mkdirSync(outDir, { recursive: true });
   const data = records.filter((r) => r.metric === 'calls_per_s' && r.endpoints === 1 && r.bytes === 32).map((r) => ({ system: `${r.system} (${r.provider})`, qd: r.qd, calls_per_s: r.calls_per_s }));
   const spec = {
     $schema: 'https://vega.github.io/schema/vega-lite/v5.json',
@@ -126,10 +123,7 @@ export async function plotRpc(records: BenchRecord[], outDir: string): Promise<s
     width: 460,
     height: 280,
   };
-  const view = new vega.View(vega.parse(vl.compile(spec as never).spec), { renderer: 'none' });
-  const file = path.join(outDir, 'rpc-throughput.svg');
-  writeFileSync(file, await view.toSVG());
-  return [file];
+  return [await renderSvg(spec as never, path.join(outDir, 'rpc-throughput.svg'))];
 }
 
 export function defaultRpcProviders(): string[] {

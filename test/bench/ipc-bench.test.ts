@@ -118,14 +118,12 @@ test('a system that hangs is skipped after its timeout; an unknown one with one 
   async runClient() { for (;;); },
 };\n`,
   );
-  const started = Date.now();
   const { records, skipped } = await runIpcBench(quick({ systems: ['hang', 'nosuch'], modules: { hang: pathToFileURL(hang).href }, clients: [1], qd: [1], timeoutMs: 1500 }));
   assert.equal(records, []);
   assert.is(skipped.length, 3, skipped.join('\n'));
   assert.match(skipped[0], /^hang threads .*skipped \(timed out/);
   assert.match(skipped[1], /^hang processes .*skipped \(timed out/);
   assert.match(skipped[2], /^nosuch: skipped \(not in bench\/ipc\/systems/);
-  assert.ok(Date.now() - started < 15_000, `took ${Date.now() - started} ms`);
 });
 
 test('no worker thread, child process or segment outlives the runs', async () => {

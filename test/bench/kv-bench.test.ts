@@ -15,9 +15,8 @@ import { fileURLToPath } from 'node:url';
 const BENCH = fileURLToPath(new URL('../../bench/kv/index.js', import.meta.url));
 const hasRedis = spawnSync('sh', ['-c', 'command -v redis-server']).status === 0;
 
-function bench(args: string[], env: Record<string, string> = {}, timeoutMs = 240_000): Promise<{ code: number | null; out: string; err: string; ms: number }> {
+function bench(args: string[], env: Record<string, string> = {}, timeoutMs = 240_000): Promise<{ code: number | null; out: string; err: string }> {
   const out = mkdtempSync(path.join(tmpdir(), 'weft-kv-'));
-  const t0 = performance.now();
   return new Promise((resolve) => {
     const child = spawn(process.execPath, [BENCH, '--json', '--out', out, ...args], { env: { ...process.env, ...env }, detached: true });
     let o = '';
@@ -28,7 +27,7 @@ function bench(args: string[], env: Record<string, string> = {}, timeoutMs = 240
     child.on('exit', (code) => {
       clearTimeout(timer);
       rmSync(out, { recursive: true, force: true });
-      resolve({ code, out: o, err: e, ms: performance.now() - t0 });
+      resolve({ code, out: o, err: e });
     });
   });
 }
@@ -63,10 +62,12 @@ test('--verify catches a shard that acknowledges puts without storing them', asy
 });
 
 test('a client thread that dies ends the job on every rank with an error naming it', async () => {
-  const r = await bench(['--quick', '--backends', 'delegation', '--peers', 'none', '--duration', '30', '--runs', '1'], { WEFT_KV_CRASH: '1:0' });
-  assert.is.not(r.code, 0);
+  // A 600 s run: had the failure not ended it, the 120 s bound of bench() would kill it
+  // (exit code null), and no run result may appear.
+  const r = await bench(['--quick', '--backends', 'delegation', '--peers', 'none', '--duration', '600', '--runs', '1'], { WEFT_KV_CRASH: '1:0' }, 120_000);
+  assert.is(r.code, 1, r.err.slice(-2000));
   assert.match(r.err, /rank 1 client 0 failed: .*injected failure/);
-  assert.ok(r.ms < 25_000, `the job took ${r.ms} ms to end; a 30 s run should stop at the failure`);
+  assert.not.match(r.err, /delegation: [0-9.]+ Mops/);
 });
 
 test('Ctrl-C stops the run: exit 130, no rank left running, no segment left', async () => {
@@ -74,11 +75,12 @@ test('Ctrl-C stops the run: exit 130, no rank left running, no segment left', as
   let err = '';
   child.stderr!.on('data', (d) => (err += d));
   await new Promise((r) => setTimeout(r, 4000));
-  const t0 = performance.now();
   process.kill(-child.pid!, 'SIGINT');
+  // Bound, not a measurement: a run that ignored Ctrl-C is killed and exits with null.
+  const bound = setTimeout(() => process.kill(-child.pid!, 'SIGKILL'), 60_000);
   const code = await new Promise<number | null>((resolve) => child.on('exit', resolve));
+  clearTimeout(bound);
   assert.is(code, 130, err);
-  assert.ok(performance.now() - t0 < 10_000);
   assert.match(err, /benchkv: interrupted/);
   const ranks = spawnSync('pgrep', ['-f', 'bench/kv/rank.js'], { encoding: 'utf8' }).stdout.trim();
   assert.is(ranks, '', `ranks still running: ${ranks}`);
