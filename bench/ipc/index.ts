@@ -19,7 +19,7 @@ import { availableParallelism } from 'node:os';
 import path from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { positiveInt } from '../../src/cli/arguments.js';
-import { renderSvg } from '../lib/svg.js';
+import { renderSvg, throughputByQd } from '../lib/svg.js';
 import { applyQuick, runIfMain } from '../lib/command.js';
 import { formatNumber, median, saveResults, table, type BenchRecord } from '../lib/stats.js';
 import { livePeers, runPoint, sweepBenchSegments } from './harness.js';
@@ -212,20 +212,8 @@ export async function plotIpc(records: IpcRecord[], outDir: string): Promise<str
   for (const placement of ['threads', 'processes'] as const) {
     const data = records.filter((r) => r.placement === placement && r.clients === 1 && r.bytes === bytes).map((r) => ({ system: r.system, qd: r.qd, calls_per_s: r.calls_per_s }));
     if (!data.length) continue;
-    const spec = {
-      $schema: 'https://vega.github.io/schema/vega-lite/v5.json',
-      title: `Throughput, ${bytes} B echo, 1 client, ${placement === 'threads' ? 'two threads' : 'two processes'} (median)`,
-      data: { values: data },
-      mark: { type: 'line', point: true },
-      encoding: {
-        x: { field: 'qd', type: 'quantitative', scale: { type: 'log', base: 2 }, title: 'queue depth' },
-        y: { field: 'calls_per_s', type: 'quantitative', scale: { type: 'log' }, title: 'calls/s' },
-        color: { field: 'system', type: 'nominal' },
-      },
-      width: 460,
-      height: 280,
-    };
-    files.push(await renderSvg(spec as never, path.join(outDir, `ipc-${placement}.svg`)));
+    const spec = throughputByQd(`Throughput, ${bytes} B echo, 1 client, ${placement === 'threads' ? 'two threads' : 'two processes'} (median)`, data);
+    files.push(await renderSvg(spec, path.join(outDir, `ipc-${placement}.svg`)));
   }
   return files;
 }

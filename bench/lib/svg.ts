@@ -15,3 +15,20 @@ export async function renderSvg(spec: TopLevelSpec, file: string): Promise<strin
   writeFileSync(file, await view.toSVG());
   return file;
 }
+
+/** Calls/s against queue depth, one line per system, both axes logarithmic (rpc and ipc benches). */
+export function throughputByQd(title: string, data: { system: string; qd: number; calls_per_s: number }[]): TopLevelSpec {
+  return {
+    $schema: 'https://vega.github.io/schema/vega-lite/v5.json',
+    title,
+    data: { values: data },
+    mark: { type: 'line', point: true },
+    encoding: {
+      x: { field: 'qd', type: 'quantitative', scale: { type: 'log', base: 2 }, title: 'queue depth' },
+      y: { field: 'calls_per_s', type: 'quantitative', scale: { type: 'log' }, title: 'calls/s' },
+      color: { field: 'system', type: 'nominal' },
+    },
+    width: 460,
+    height: 280,
+  };
+}

@@ -11,7 +11,7 @@ import { fileURLToPath } from 'node:url';
 import { Command } from 'commander';
 import { positiveInt } from '../../src/cli/arguments.js';
 import { runIfMain } from '../lib/command.js';
-import { renderSvg } from '../lib/svg.js';
+import { renderSvg, throughputByQd } from '../lib/svg.js';
 import { native } from '../../src/native/binding.js';
 import { runScenario } from '../../harness/local-group.js';
 import { formatNumber, median, saveResults, table, type BenchRecord } from '../lib/stats.js';
@@ -110,20 +110,8 @@ export function rpcReport(records: BenchRecord[]): string {
 
 export async function plotRpc(records: BenchRecord[], outDir: string): Promise<string[]> {
   const data = records.filter((r) => r.metric === 'calls_per_s' && r.endpoints === 1 && r.bytes === 32).map((r) => ({ system: `${r.system} (${r.provider})`, qd: r.qd, calls_per_s: r.calls_per_s }));
-  const spec = {
-    $schema: 'https://vega.github.io/schema/vega-lite/v5.json',
-    title: 'RPC throughput, 32 B echo, two processes on one host (median)',
-    data: { values: data },
-    mark: { type: 'line', point: true },
-    encoding: {
-      x: { field: 'qd', type: 'quantitative', scale: { type: 'log', base: 2 }, title: 'queue depth' },
-      y: { field: 'calls_per_s', type: 'quantitative', scale: { type: 'log' }, title: 'calls/s' },
-      color: { field: 'system', type: 'nominal' },
-    },
-    width: 460,
-    height: 280,
-  };
-  return [await renderSvg(spec as never, path.join(outDir, 'rpc-throughput.svg'))];
+  const spec = throughputByQd('RPC throughput, 32 B echo, two processes on one host (median)', data as { system: string; qd: number; calls_per_s: number }[]);
+  return [await renderSvg(spec, path.join(outDir, 'rpc-throughput.svg'))];
 }
 
 export function defaultRpcProviders(): string[] {
