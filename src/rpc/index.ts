@@ -19,3 +19,16 @@ export { RecvHandle } from './recv-handle.js';
 export { type RequestOptions, type ServeHandler, type ServeOptions, type Server } from './driver.js';
 export { connectRpcMesh, type RpcMeshOptions } from './mesh.js';
 export { encodeEndpointInfo, decodeEndpointInfo, writeFlowMetadata, writeHeader, readU64, writeU64, type EndpointInfo } from './wire.js';
+export {
+  PollController,
+  NoPollControl,
+  FixedPollBudget,
+  AdaptivePollBudget,
+  AdaptiveBatchHold,
+  createPollController,
+  ADAPTIVE_DEFAULTS,
+  BATCH_HOLD_DEFAULTS,
+  POLL_CONTROLLER_SPECS,
+  type PollControllerKind,
+  type PollControllerOptions,
+} from './poll-control.js';
