@@ -30,19 +30,23 @@ export const C = {
 } as const;
 export const CLIENT_WORDS = C.HIST + BUCKETS;
 
-/** Daemon (and direct-client) loop counters: loops, CQE batches, outstanding calls. */
+/**
+ * Daemon (and direct-client) loop counters. The batch of a loop is what the memo counts: the
+ * copyrpc responses the loop's CQ polls delivered (its "CQE batch"), over every loop that
+ * polled a CQ, empty ones included.
+ */
 export const D = {
   LOOPS: 0,
-  /** Loops whose CQ poll returned nothing. */
+  /** Loops whose CQ polls delivered no response. */
   EMPTY: 1,
-  /** Completions over all loops. */
-  CQES: 2,
-  /** Histogram of extra completions per non-empty loop: 0, 1, 2-10, 11-100, >100. */
-  EXTRA0: 3,
-  EXTRA1: 4,
-  EXTRA2_10: 5,
-  EXTRA11_100: 6,
-  EXTRA100: 7,
+  /** Responses over all CQ loops. */
+  RESPONSES: 2,
+  /** Histogram of responses per CQ loop: 0, 1, 2-10, 11-100, >100. */
+  B0: 3,
+  B1: 4,
+  B2_10: 5,
+  B11_100: 6,
+  B100: 7,
   /** Sum and count of outstanding-call samples. */
   OUT_SUM: 8,
   OUT_N: 9,
@@ -52,47 +56,48 @@ export const D = {
   BACKLOGGED: 11,
   /** Loops that polled a CQ (a thread with copyrpc endpoints). */
   CQ_LOOPS: 12,
-  /** Time series: count, then SERIES_MAX triples (ms since RUN, outstanding, CQE batch avg). */
+  /** Time series: count, then SERIES_MAX quads (ms since RUN, outstanding, batch avg, poll controller setting). */
   SERIES_N: 13,
+  /** Sum over CQ loops of the poll controller's setting (extra polls, or hold us). */
+  SETTING_SUM: 14,
   SERIES: 16,
 } as const;
 export const SERIES_MAX = 2048;
-export const LOOP_WORDS = D.SERIES + 3 * SERIES_MAX;
+export const SERIES_WORDS = 4;
+export const LOOP_WORDS = D.SERIES + SERIES_WORDS * SERIES_MAX;
 
 /** Region `index` of a board of `words` per thread. */
 export function region(sab: SharedArrayBuffer, words: number, index: number): Float64Array {
   return new Float64Array(sab, index * words * 8, words);
 }
 
-/** Adds one loop's CQ poll result to the batch counters. */
-export function countBatch(d: Float64Array, k: number): void {
+/** Adds one CQ loop: `batch` responses under a poll controller whose setting is `setting`. */
+export function countBatch(d: Float64Array, batch: number, setting: number): void {
   d[D.CQ_LOOPS]++;
-  if (k === 0) {
+  d[D.SETTING_SUM] += setting;
+  d[D.RESPONSES] += batch;
+  if (batch === 0) {
     d[D.EMPTY]++;
-    return;
-  }
-  d[D.CQES] += k;
-  const extra = k - 1;
-  if (extra === 0) d[D.EXTRA0]++;
-  else if (extra === 1) d[D.EXTRA1]++;
-  else if (extra <= 10) d[D.EXTRA2_10]++;
-  else if (extra <= 100) d[D.EXTRA11_100]++;
-  else d[D.EXTRA100]++;
+    d[D.B0]++;
+  } else if (batch === 1) d[D.B1]++;
+  else if (batch <= 10) d[D.B2_10]++;
+  else if (batch <= 100) d[D.B11_100]++;
+  else d[D.B100]++;
 }
 
 /**
  * Samples the copyrpc calls in flight about once a millisecond (checked every 64 loops): their
- * average, and the time series (outstanding, CQE batch average since the last sample) the
- * plots show, where the memo saw the collapse happen in the first milliseconds.
+ * average, and the time series (outstanding, batch average since the last sample, controller
+ * setting) the plots show, where the memo saw the collapse happen in the first milliseconds.
  */
 export class LoopSampler {
   private readonly t0 = performance.now();
   private next = this.t0 + 1;
-  private lastCqes = 0;
-  private lastBusy = 0;
+  private lastResponses = 0;
+  private lastLoops = 0;
   constructor(private readonly d: Float64Array) {}
 
-  maybeSample(outstanding: () => number): void {
+  maybeSample(outstanding: () => number, setting: number): void {
     const now = performance.now();
     if (now < this.next) return;
     this.next = now + 1;
@@ -100,17 +105,17 @@ export class LoopSampler {
     const out = outstanding();
     d[D.OUT_SUM] += out;
     d[D.OUT_N]++;
-    const busyLoops = d[D.CQ_LOOPS] - d[D.EMPTY];
     const n = d[D.SERIES_N];
     if (n < SERIES_MAX) {
-      const base = D.SERIES + 3 * n;
-      const busy = busyLoops - this.lastBusy;
+      const base = D.SERIES + SERIES_WORDS * n;
+      const loops = d[D.CQ_LOOPS] - this.lastLoops;
       d[base] = now - this.t0;
       d[base + 1] = out;
-      d[base + 2] = busy > 0 ? (d[D.CQES] - this.lastCqes) / busy : 0;
+      d[base + 2] = loops > 0 ? (d[D.RESPONSES] - this.lastResponses) / loops : 0;
+      d[base + 3] = setting;
       d[D.SERIES_N] = n + 1;
     }
-    this.lastCqes = d[D.CQES];
-    this.lastBusy = busyLoops;
+    this.lastResponses = d[D.RESPONSES];
+    this.lastLoops = d[D.CQ_LOOPS];
   }
 }

@@ -129,7 +129,12 @@ function check(slot: number): void {
 }
 
 const onChannel = (slot: number, resp: Uint8Array): void => complete(slot, resp, 0);
-const onRpc = (slot: number, buf: Uint8Array, off: number): void => complete(slot, buf, off);
+/** Responses this loop's CQ poll delivered (the memo's batch; direct clients have no controller). */
+let loopResponses = 0;
+const onRpc = (slot: number, buf: Uint8Array, off: number): void => {
+  loopResponses++;
+  complete(slot, buf, off);
+};
 
 /** Issues the next request of the workload; false when its channel is full (or, verifying, its key is busy). */
 function issue(): boolean {
@@ -168,8 +173,9 @@ function pollAll(): number {
   for (let i = 0; i < ipcs.length; i++) n += ipcs[i].poll(onChannel);
   if (deleg) n += deleg.poll(onChannel);
   if (rpc) {
+    loopResponses = 0;
     const k = rpc.poll(onRpc);
-    countBatch(loopStats, k);
+    countBatch(loopStats, loopResponses, 0);
     loopStats[D.LOOPS]++;
     n += k;
   }
@@ -198,7 +204,7 @@ for (let loop = 1; ; loop++) {
   else backoff.idle();
   if ((loop & 63) === 0) {
     if (Atomics.load(ctl, CTL.CLIENTS_STOP) !== 0) break;
-    if (rpc) sampler.maybeSample(outstanding);
+    if (rpc) sampler.maybeSample(outstanding, 0);
   }
 }
 // Drain what is in flight, then wait until every rank's clients are done before closing.

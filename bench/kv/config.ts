@@ -14,8 +14,8 @@ export interface KvShape {
   locality?: number;
   seed: number;
   verify: boolean;
-  /** Extra CQ polls per daemon loop when a poll returned nothing (the memo's poll budget). */
-  pollBudget: number;
+  /** The daemon loops' poll controller: none, fixed:N, adaptive or batch-hold (docs/bistability.md). */
+  pollController: string;
 }
 
 export interface KvConfig extends KvShape {

@@ -21,7 +21,7 @@ import { parentPort, workerData } from 'node:worker_threads';
 import { startProfile } from './profile.js';
 import { PollBackoff } from 'weftjs';
 import { DelegationServer, FluxNode, IpcServer } from 'weftjs/delegation';
-import type { RecvHandle } from 'weftjs/rpc';
+import { createPollController, type RecvHandle } from 'weftjs/rpc';
 import { Backlog } from './backlog.js';
 import { CTL, D, LOOP_WORDS, LoopSampler, countBatch, region } from './board.js';
 import { DELEG_RING_DEPTH, FLUX_CAPACITY, FLUX_MAX_INFLIGHT, nextPow2, type KvConfig } from './config.js';
@@ -123,9 +123,56 @@ function answer(t: number, buf: Uint8Array, off: number): void {
   } else fail(`unknown token kind ${kind}`);
 }
 
+// ---- poll control (docs/bistability.md) ---------------------------------------------------
+/** The loop's poll controller: extra CQ polls (budgets) or a hold of client responses (batch-hold). */
+const control = createPollController(cfg.pollController, { batchTarget: Math.max(1, cfg.ranks - 1) });
+/** The adaptive budget wants loop times and RTT samples; the others need no clock per loop. */
+const timesLoops = control.kind === 'adaptive';
+const holds = control.kind === 'batch-hold';
+/** Responses delivered by this loop's CQ polls (the memo's batch). */
+let loopResponses = 0;
+let loopT0 = 0;
+/** One sampled call at a time for the RTT the adaptive budget divides by. */
+let rttToken = -1;
+let rttStart = 0;
+/** batch-hold: client responses waiting to go out together. */
+const HOLD_MAX = 4096 + cfg.clients * Math.max(2, nextPow2(cfg.qd)) * 2;
+const heldTokens = new Float64Array(HOLD_MAX);
+const heldBytes = new Uint8Array(HOLD_MAX * RESPONSE_BYTES);
+let held = 0;
+let heldSince = 0;
+
+/** A copyrpc response: to its client now, or into the hold buffer while batch-hold holds. */
+function respond(t: number, buf: Uint8Array, off: number): void {
+  loopResponses++;
+  if (t === rttToken) {
+    control.rtt((performance.now() - rttStart) * 1000);
+    rttToken = -1;
+  }
+  const kind = kindOf(t);
+  if (holds && (kind === T_DELEG || kind === T_IPC) && control.shouldHold()) {
+    if (held === HOLD_MAX) fail('the batch-hold buffer overflowed');
+    if (held === 0) heldSince = performance.now();
+    heldTokens[held] = t;
+    const base = held * RESPONSE_BYTES;
+    for (let b = 0; b < RESPONSE_BYTES; b++) heldBytes[base + b] = buf[off + b];
+    held++;
+  } else answer(t, buf, off);
+}
+
+/** End of a loop holding responses: out they go when the controller says so. */
+function maybeRelease(): void {
+  const heldUs = (performance.now() - heldSince) * 1000;
+  if (!control.shouldRelease(held, heldUs, outstanding())) return;
+  const n = held;
+  held = 0;
+  for (let i = 0; i < n; i++) answer(heldTokens[i], heldBytes, i * RESPONSE_BYTES);
+  control.released(n, heldUs);
+}
+
 const onResponse = (t: number, buf: Uint8Array, off: number, len: number): void => {
   if (len < RESPONSE_BYTES) fail(`a copyrpc response of ${len} bytes (expected ${RESPONSE_BYTES})`);
-  answer(t, buf, off);
+  respond(t, buf, off);
 };
 const onNestedResponse = (t: number, buf: Uint8Array, off: number): void => {
   if (nested === nestedTokens.length) fail('the nested-response buffer overflowed');
@@ -151,6 +198,9 @@ function callRemote(target: number, payload: Uint8Array, t: number): void {
   if (callBacklog.size > 0 || !tryCall(target, payload, t, CALL_RETRIES)) {
     callBacklog.push(target, payload, t);
     stats[D.BACKLOGGED]++;
+  } else if (timesLoops && rttToken < 0) {
+    rttToken = t;
+    rttStart = performance.now();
   }
   if (nested > 0) drainNested();
 }
@@ -158,7 +208,7 @@ function callRemote(target: number, payload: Uint8Array, t: number): void {
 function drainNested(): void {
   const n = nested;
   nested = 0;
-  for (let i = 0; i < n; i++) answer(nestedTokens[i], nestedBytes, i * RESPONSE_BYTES);
+  for (let i = 0; i < n; i++) respond(nestedTokens[i], nestedBytes, i * RESPONSE_BYTES);
 }
 
 function fluxCall(target: number, payload: Uint8Array, t: number): void {
@@ -184,10 +234,8 @@ function serve(tag: number): Uint8Array {
 
 // ---- the four phases ---------------------------------------------------------------------
 function phaseRpc(): number {
-  let k = rpc!.poll(onResponse);
-  for (let extra = 0; k === 0 && extra < cfg.pollBudget; extra++) k = rpc!.poll(onResponse);
-  countBatch(stats, k);
-  let n = k;
+  let n = rpc!.poll(onResponse);
+  for (let i = 0; i < control.extraPolls && loopResponses < control.pollUntil; i++) n += rpc!.poll(onResponse);
   for (let h = rpc!.recv(); h !== undefined; h = rpc!.recv()) {
     n++;
     if (h.length < REQUEST_BYTES || !m.readRequest(h.buffer, h.offset)) fail(`malformed copyrpc request from ${h.endpoint.peerLabel}`);
@@ -264,8 +312,10 @@ while (Atomics.load(ctl, CTL.RUN) === 0 && Atomics.load(ctl, CTL.DAEMONS_STOP) =
 const stopProfile = startProfile(who);
 const backoff = new PollBackoff({ oversubscribed: cfg.oversubscribed });
 const sampler = new LoopSampler(stats);
+loopT0 = performance.now();
 for (let loop = 1; ; loop++) {
   let work = 0;
+  loopResponses = 0;
   if (rpc) work += phaseRpc();
   if (deleg) work += phaseDeleg();
   work += phaseIpc();
@@ -273,12 +323,24 @@ for (let loop = 1; ; loop++) {
   if (callBacklog.size > 0) work += callBacklog.drain(sendCall);
   if (fluxBacklog.size > 0) work += fluxBacklog.drain(sendFlux);
   if (nested > 0) drainNested();
+  if (rpc) {
+    if (held > 0) maybeRelease();
+    let loopUs = 0;
+    if (timesLoops) {
+      const now = performance.now();
+      loopUs = (now - loopT0) * 1000;
+      loopT0 = now;
+      if (rttToken >= 0 && now - rttStart > 1000) rttToken = -1; // a lost sample must not stop sampling
+    }
+    control.endLoop(loopResponses, loopUs);
+    countBatch(stats, loopResponses, control.setting);
+  }
   stats[D.LOOPS]++;
   if (work > 0) backoff.busy();
   else backoff.idle();
   if ((loop & 63) === 0) {
     if (Atomics.load(ctl, CTL.DAEMONS_STOP) !== 0) break;
-    if (rpc) sampler.maybeSample(outstanding);
+    if (rpc) sampler.maybeSample(outstanding, control.setting);
   }
 }
 

@@ -14,6 +14,7 @@ import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { Command, InvalidArgumentError, Option } from 'commander';
+import { createPollController, POLL_CONTROLLER_SPECS } from 'weftjs/rpc';
 import { runIfMain } from '../lib/command.js';
 import { resultsDir } from '../lib/stats.js';
 import { RESULT_PREFIX, type RankPlan, type RankResult } from './result.js';
@@ -44,6 +45,7 @@ export interface KvOptions extends KvShape {
   epochs: number;
   peers: string[];
   pollController: string;
+  pollBudget?: number;
   quick: boolean;
   json: boolean;
   out?: string;
@@ -61,6 +63,13 @@ const seconds = (v: string) => {
   const n = Number(v);
   if (!(n > 0)) throw new InvalidArgumentError('a positive number of seconds');
   return n;
+};
+const pollControllerSpec = (v: string) => {
+  try {
+    return createPollController(v).spec;
+  } catch {
+    throw new InvalidArgumentError(POLL_CONTROLLER_SPECS);
+  }
 };
 const ratio = (v: string) => {
   const n = Number(v);
@@ -109,8 +118,8 @@ export function kvCommand(): Command {
     .option('--runs <n>', 'runs per backend (the median is reported)', int(1), 3)
     .option('--epochs <n>', 'epochs per run; the fastest and slowest are trimmed', int(1), 5)
     .option('--peers <list>', "'redis,redis-benchmark' or 'none'", (v) => (v === 'none' ? [] : v.split(',')), ['redis', 'redis-benchmark'])
-    .option('--poll-budget <n>', 'extra CQ polls per daemon loop when a poll comes back empty (the memo\'s fixed budget)', int(0), 0)
-    .option('--poll-controller <c>', "poll control: 'fixed' (with --poll-budget); the adaptive controllers plug in here", 'fixed')
+    .option('--poll-budget <n>', "the notes' fixed poll budget: each daemon loop polls until N responses came in or it polled N times (same as --poll-controller fixed:N)", int(0))
+    .option('--poll-controller <c>', `the daemon loops' poll control: ${POLL_CONTROLLER_SPECS} (docs/bistability.md)`, pollControllerSpec, 'none')
     .option('--verify', 'partition keys per client and check every get against its last completed put', false)
     .option('--quick', 'a short run: 1 s, 1 run, no warm-up beyond 0.3 s', false)
     .option('--json', 'print one JSON object per line instead of the table', false)
@@ -124,6 +133,10 @@ export function kvCommand(): Command {
         for (const [k, v] of Object.entries({ duration: 1, runs: 1, warmup: 0.3, epochs: 3 })) {
           if (cmd.getOptionValueSource(k) === 'default') (o as unknown as Record<string, unknown>)[k] = v;
         }
+      }
+      if (o.pollBudget !== undefined) {
+        if (cmd.getOptionValueSource('pollController') === 'cli' && o.pollController !== `fixed:${o.pollBudget}`) throw new Error(`weft bench kv: --poll-budget ${o.pollBudget} and --poll-controller ${o.pollController} disagree; give one`);
+        o.pollController = `fixed:${o.pollBudget}`;
       }
       if (o.workload) {
         o.readRatio = YCSB[o.workload].readRatio;
@@ -139,7 +152,6 @@ function check(o: KvOptions): void {
   if (o.nnodes > 1 && !(o.store ?? process.env.WEFT_STORE)) throw new Error('several hosts need --store URL (or WEFT_STORE): a store every host reaches');
   if (o.keys > 2 ** 32) throw new Error('--keys: keys are u32 on the wire here (at most 2^32)');
   if (o.distribution.kind === 'zipfian' && o.keys > ZIPF_MAX_KEYS) throw new Error(`--keys: zipfian keys are tabulated, at most ${ZIPF_MAX_KEYS}`);
-  if (o.pollController !== 'fixed') throw new Error(`--poll-controller ${o.pollController}: only 'fixed' (with --poll-budget N) exists yet; the adaptive and batch-hold controllers come with the poll-control work`);
   for (const p of o.peers) if (p !== 'redis' && p !== 'redis-benchmark') throw new Error(`--peers: unknown peer ${p} (redis, redis-benchmark, or none)`);
   if (o.verify && o.keys < o.ranks * o.nnodes * o.clients) throw new Error('--verify partitions keys per client: --keys must be at least ranks x clients');
 }
@@ -157,7 +169,7 @@ function runBackend(o: KvOptions, backend: Backend, onLine: (line: string) => vo
     locality: o.locality,
     seed: o.seed,
     verify: o.verify,
-    pollBudget: o.pollBudget,
+    pollController: o.pollController,
     ringBytes: o.ringBytes,
     provider: 'shm',
     patternLength: 1 << 16,
@@ -215,7 +227,8 @@ function rowOf(o: KvOptions, r: RankResult): KvRow {
     read_ratio: o.readRatio,
     distribution: describeDistribution(o.distribution),
     locality: o.locality ?? null,
-    poll_budget: o.pollBudget,
+    poll_controller: r.backend === 'direct' ? 'n/a (no daemon on the path)' : r.poll_controller,
+    poll_setting_avg: r.backend === 'direct' ? null : r.poll_setting_avg,
     mops,
     mops_runs: r.runsMops,
     mops_per_rank: mops / r.ranks,
@@ -240,7 +253,7 @@ function peerRow(o: KvOptions, system: string, mops: number, p50: number, p99: n
   const ranks = o.ranks * o.nnodes;
   return {
     bench: 'kv', system, ranks, hosts: 1, daemons: o.daemons, clients: o.clients, qd: o.qd, read_ratio: o.readRatio,
-    distribution: describeDistribution(o.distribution), locality: null, poll_budget: null, mops, mops_runs: [mops], mops_per_rank: mops / ranks,
+    distribution: describeDistribution(o.distribution), locality: null, poll_controller: null, poll_setting_avg: null, mops, mops_runs: [mops], mops_per_rank: mops / ranks,
     per_rank_mops: [], p50_us: p50, p90_us: null, p99_us: p99, p999_us: null, outstanding_avg: null, cqe_batch_avg: null, cqe_hist: null,
     loops_per_s_per_daemon: null, local_share: null, mismatches: null, threads_per_host: null, cores: cpus().length, oversubscribed: null, ...(note ? { note } : {}),
   };
@@ -277,7 +290,7 @@ export async function runKv(o: KvOptions): Promise<number> {
       done();
       if (r) {
         emit(rowOf(o, r));
-        series.push({ system: backend, series: r.series });
+        series.push({ system: backend, controller: backend === 'direct' ? 'n/a' : r.poll_controller, series: r.series });
         if (!o.json) console.error(`${backend}: ${median(r.runsMops).toFixed(2)} Mops`);
       }
     } catch (err) {

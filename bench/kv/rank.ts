@@ -13,7 +13,7 @@ import { cpus } from 'node:os';
 import { Worker } from 'node:worker_threads';
 import { fileURLToPath } from 'node:url';
 import { init } from 'weftjs';
-import { C, CLIENT_WORDS, CTL, D, LOOP_WORDS, SERIES_MAX, region } from './board.js';
+import { C, CLIENT_WORDS, CTL, D, LOOP_WORDS, SERIES_MAX, SERIES_WORDS, region } from './board.js';
 import type { KvConfig } from './config.js';
 import { RESULT_PREFIX, type RankPlan, type RankResult } from './result.js';
 import { BUCKETS, quantile } from './histogram.js';
@@ -190,14 +190,17 @@ try {
   }
   for (let t = 0; t < cfg.daemons + cfg.clients; t++) {
     const s = region(loopSab, LOOP_WORDS, t);
-    tail[3] += s[D.CQ_LOOPS] - s[D.EMPTY]; // loops whose CQ poll returned something
-    tail[4] += s[D.CQES];
-    tail[5] += s[D.EMPTY];
-    tail[6] += s[D.EXTRA0];
-    tail[7] += s[D.EXTRA1];
-    tail[8] += s[D.EXTRA2_10];
-    tail[9] += s[D.EXTRA11_100];
-    tail[10] += s[D.EXTRA100];
+    tail[3] += s[D.CQ_LOOPS];
+    tail[4] += s[D.RESPONSES];
+    tail[5] += s[D.B0];
+    tail[6] += s[D.B1];
+    tail[7] += s[D.B2_10];
+    tail[8] += s[D.B11_100];
+    tail[9] += s[D.B100];
+    if (t < cfg.daemons) {
+      tail[10] += s[D.SETTING_SUM];
+      tail[14] += s[D.CQ_LOOPS];
+    }
     tail[11] += s[D.OUT_SUM] / Math.max(1, s[D.OUT_N]); // outstanding: summed over the threads holding endpoints
     tail[12] += s[D.BACKLOGGED];
   }
@@ -218,16 +221,18 @@ try {
         bestN = n;
       }
     }
-    const series = { t_ms: [] as number[], outstanding: [] as number[], cqe_batch: [] as number[] };
+    const series = { t_ms: [] as number[], outstanding: [] as number[], cqe_batch: [] as number[], setting: [] as number[] };
     if (best >= 0) {
       const s = region(loopSab, LOOP_WORDS, best);
       for (let i = 0; i < Math.min(bestN, SERIES_MAX); i++) {
-        series.t_ms.push(s[D.SERIES + 3 * i]);
-        series.outstanding.push(s[D.SERIES + 3 * i + 1]);
-        series.cqe_batch.push(s[D.SERIES + 3 * i + 2]);
+        const base = D.SERIES + SERIES_WORDS * i;
+        series.t_ms.push(s[base]);
+        series.outstanding.push(s[base + 1]);
+        series.cqe_batch.push(s[base + 2]);
+        series.setting.push(s[base + 3]);
       }
     }
-    const nonEmpty = tail[3];
+    const cqLoops = tail[3];
     const result: RankResult = {
       backend: cfg.backend,
       ranks,
@@ -239,8 +244,10 @@ try {
       p99_us: quantile(hist, 0.99) / 1000,
       p999_us: quantile(hist, 0.999) / 1000,
       outstanding_avg: tail[11],
-      cqe_batch_avg: nonEmpty > 0 ? tail[4] / nonEmpty : 0,
-      cqe_hist: { empty: tail[5], extra0: tail[6], extra1: tail[7], extra2_10: tail[8], extra11_100: tail[9], extra100: tail[10] },
+      cqe_batch_avg: cqLoops > 0 ? tail[4] / cqLoops : 0,
+      cqe_hist: { b0: tail[5], b1: tail[6], b2_10: tail[7], b11_100: tail[8], b100: tail[9] },
+      poll_controller: cfg.pollController,
+      poll_setting_avg: tail[14] > 0 ? tail[10] / tail[14] : 0,
       loops_per_s_per_daemon: tail[13] / ranks,
       local_share: tail[0] / Math.max(1, tail[0] + tail[1]),
       mismatches: tail[2],

@@ -16,7 +16,9 @@ export interface KvRow {
   read_ratio: number;
   distribution: string;
   locality: number | null;
-  poll_budget: number | null;
+  /** The daemons' poll controller (docs/bistability.md) and its average setting (extra polls, or hold us). */
+  poll_controller: string | null;
+  poll_setting_avg: number | null;
   mops: number;
   mops_runs: number[];
   mops_per_rank: number;
@@ -46,11 +48,19 @@ export function median(xs: number[]): number {
 const f2 = (x: number | null) => (x === null || !Number.isFinite(x) ? '-' : x.toFixed(2));
 const f1 = (x: number | null) => (x === null || !Number.isFinite(x) ? '-' : x.toFixed(1));
 
+/** The controller and its average setting: `fixed:16`, `adaptive (u 7.2)`, `batch-hold (9.5 us)`. */
+function pollControl(r: KvRow): string {
+  if (r.poll_controller === null || r.poll_controller.startsWith('n/a')) return '-';
+  if (r.poll_controller === 'adaptive') return `adaptive (u ${f1(r.poll_setting_avg)})`;
+  if (r.poll_controller === 'batch-hold') return `batch-hold (${f1(r.poll_setting_avg)} us)`;
+  return r.poll_controller;
+}
+
 /** The table, with each system's ratio to Redis driven by ioredis and to the best weft backend. */
 export function formatTable(rows: KvRow[]): string {
   const redis = rows.find((r) => r.system === 'redis')?.mops;
   const bench = rows.find((r) => r.system === 'redis-benchmark')?.mops;
-  const head = ['system', 'Mops', 'runs', '/rank', 'p50 us', 'p99 us', 'p99.9 us', 'outst.', 'CQE batch', 'loops/s/d', 'x redis', 'x redis-bench'];
+  const head = ['system', 'Mops', 'runs', '/rank', 'p50 us', 'p99 us', 'p99.9 us', 'outst.', 'CQE batch', 'loops/s/d', 'poll control', 'x redis', 'x redis-bench'];
   const body = rows.map((r) => [
     r.system,
     f2(r.mops),
@@ -62,13 +72,14 @@ export function formatTable(rows: KvRow[]): string {
     f1(r.outstanding_avg),
     f2(r.cqe_batch_avg),
     r.loops_per_s_per_daemon === null ? '-' : `${(r.loops_per_s_per_daemon / 1e3).toFixed(0)} k`,
+    pollControl(r),
     redis ? `${(r.mops / redis).toFixed(2)}x` : '-',
     bench ? `${(r.mops / bench).toFixed(2)}x` : '-',
   ]);
   return table(head, body);
 }
 
-const CSV_COLUMNS: (keyof KvRow)[] = ['system', 'ranks', 'hosts', 'daemons', 'clients', 'qd', 'read_ratio', 'distribution', 'locality', 'poll_budget', 'mops', 'mops_per_rank', 'p50_us', 'p90_us', 'p99_us', 'p999_us', 'outstanding_avg', 'cqe_batch_avg', 'loops_per_s_per_daemon', 'local_share', 'mismatches', 'threads_per_host', 'cores', 'oversubscribed'];
+const CSV_COLUMNS: (keyof KvRow)[] = ['system', 'ranks', 'hosts', 'daemons', 'clients', 'qd', 'read_ratio', 'distribution', 'locality', 'poll_controller', 'poll_setting_avg', 'mops', 'mops_per_rank', 'p50_us', 'p90_us', 'p99_us', 'p999_us', 'outstanding_avg', 'cqe_batch_avg', 'loops_per_s_per_daemon', 'local_share', 'mismatches', 'threads_per_host', 'cores', 'oversubscribed'];
 
 export function toCsv(rows: KvRow[]): string {
   const cell = (v: unknown) => (v === null || v === undefined ? '' : typeof v === 'string' && /[",\n]/.test(v) ? `"${v.replace(/"/g, '""')}"` : String(v));
@@ -78,6 +89,8 @@ export function toCsv(rows: KvRow[]): string {
 /** Series of one backend for the time plots. */
 export interface KvSeries {
   system: string;
+  /** The daemons' poll controller spec (its setting is plotted when it moves). */
+  controller: string;
   series: RankResult['series'];
 }
 
@@ -110,7 +123,10 @@ export async function plotKv(rows: KvRow[], series: KvSeries[], outDir: string):
   const points = series.flatMap((s) =>
     s.series.t_ms.flatMap((t, i) => [
       { system: s.system, t_ms: t, metric: 'outstanding copyrpc calls', value: s.series.outstanding[i] },
-      { system: s.system, t_ms: t, metric: 'CQE batch (avg per non-empty loop)', value: s.series.cqe_batch[i] },
+      { system: s.system, t_ms: t, metric: 'CQE batch (responses per loop)', value: s.series.cqe_batch[i] },
+      ...(s.controller === 'none' || s.controller.startsWith('fixed') || s.controller.startsWith('n/a')
+        ? []
+        : [{ system: s.system, t_ms: t, metric: s.controller === 'batch-hold' ? 'batch-hold: hold us' : 'adaptive: extra polls u', value: s.series.setting[i] }]),
     ]),
   );
   if (points.length > 0) {

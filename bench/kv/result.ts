@@ -21,8 +21,13 @@ export interface RankResult {
   p99_us: number;
   p999_us: number;
   outstanding_avg: number;
+  /** Responses per CQ loop over all CQ loops (the memo's CQE batch). */
   cqe_batch_avg: number;
-  cqe_hist: { empty: number; extra0: number; extra1: number; extra2_10: number; extra11_100: number; extra100: number };
+  /** CQ loops by responses: 0, 1, 2-10, 11-100, >100 (counts). */
+  cqe_hist: { b0: number; b1: number; b2_10: number; b11_100: number; b100: number };
+  /** The daemons' poll controller and its average setting (extra polls, or hold us). */
+  poll_controller: string;
+  poll_setting_avg: number;
   loops_per_s_per_daemon: number;
   local_share: number;
   mismatches: number;
@@ -30,7 +35,7 @@ export interface RankResult {
   threads: number;
   cores: number;
   oversubscribed: boolean;
-  series: { t_ms: number[]; outstanding: number[]; cqe_batch: number[] };
+  series: { t_ms: number[]; outstanding: number[]; cqe_batch: number[]; setting: number[] };
 }
 
 export const RESULT_PREFIX = 'KVRESULT ';

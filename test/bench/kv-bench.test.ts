@@ -87,12 +87,36 @@ test('Ctrl-C stops the run: exit 130, no rank left running, no segment left', as
   assert.equal(readdirSync('/dev/shm').filter((n) => n.startsWith('weft.')), []);
 });
 
+test('the poll controllers run in the daemon loops: --verify clean, the row names the controller and its setting', async () => {
+  for (const [args, spec] of [
+    [['--poll-budget', '8'], 'fixed:8'],
+    [['--poll-controller', 'adaptive'], 'adaptive'],
+    [['--poll-controller', 'batch-hold'], 'batch-hold'],
+  ] as [string[], string][]) {
+    const r = await bench(['--quick', '--verify', '--backends', 'delegation,meta', '--peers', 'none', ...args]);
+    assert.is(r.code, 0, `${spec}: ${r.err.slice(-3000)}`);
+    const rs = rows(r.out);
+    assert.is(rs.length, 2);
+    for (const x of rs) {
+      assert.is(x.poll_controller, spec, x.system);
+      assert.is(x.mismatches, 0, `${spec} ${x.system}`);
+      assert.type(x.poll_setting_avg, 'number');
+      if (spec === 'fixed:8') assert.is(x.poll_setting_avg, 7, 'fixed:8 = up to 7 extra polls');
+      if (spec === 'batch-hold') assert.ok(x.poll_setting_avg >= 0.5 && x.poll_setting_avg <= 100, `hold ${x.poll_setting_avg} us`);
+      const h = x.cqe_hist as Record<string, number>;
+      assert.equal(Object.keys(h), ['b0', 'b1', 'b2_10', 'b11_100', 'b100']);
+      assert.ok(h.b1 + h.b2_10 + h.b11_100 + h.b100 > 0, `${spec} ${x.system}: no loop ever got a response`);
+    }
+  }
+});
+
 test('bad options are refused with a message', async () => {
   for (const [args, re] of [
     [['--backends', 'nope'], /backends are meta, delegation, direct/],
     [['--distribution', 'zipfian:x'], /uniform/],
     [['--nnodes', '2', '--peers', 'none'], /several hosts need --store/],
-    [['--poll-controller', 'adaptive'], /only 'fixed'/],
+    [['--poll-controller', 'bogus'], /none \| fixed:N \| adaptive \| batch-hold/],
+    [['--poll-budget', '8', '--poll-controller', 'adaptive'], /disagree/],
   ] as [string[], RegExp][]) {
     const r = await bench(args);
     assert.is.not(r.code, 0, args.join(' '));

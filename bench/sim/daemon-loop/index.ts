@@ -72,6 +72,7 @@ const PARAM_HELP: Partial<Record<keyof DaemonLoopParams, string>> = {
   flushUs: 'step F: fixed flush cost, us',
   postUs: 'step F: cost per WRITE posted, us',
   clientUs: "a client's turnaround from response to next request, us",
+  ringTakeMax: 'step B takes at most this many requests per loop (0 = all ready ones)',
   hotShare: 'share of requests sent to rank 0 (skewed targets; 0 = uniform)',
   startBurst: 'requests per rank sent at time 0 (the initial burst)',
   startSpreadUs: "the rest of the clients' first requests spread over this many us",

@@ -148,6 +148,7 @@ export function simulate(p: DaemonLoopParams, controller: string): SimResult {
   const measureFrom = p.warmupMs * 1000;
   const collapseFrom = p.collapseForMs > 0 ? p.collapseAtMs * 1000 : Infinity;
   const collapseTo = p.collapseForMs > 0 ? (p.collapseAtMs + p.collapseForMs) * 1000 : Infinity;
+  const ringTake = p.ringTakeMax > 0 ? p.ringTakeMax : Infinity;
   const propagationUs = Math.max(0, p.rttUs / 2 - p.writeUs);
 
   // connections (src * NP + dst): message ring, WRITE ring, occupancy
@@ -282,7 +283,7 @@ export function simulate(p: DaemonLoopParams, controller: string): SimResult {
     // B: the requests clients have written by now
     let n = 0;
     const base = r * Q;
-    while (ringHead[r] < ringTail[r]) {
+    while (ringHead[r] < ringTail[r] && n < ringTake) {
       const i = ringHead[r] % Q;
       if (ringReady[base + i] > t) break;
       picked[base + n++] = ringSlot[base + i];

@@ -45,6 +45,8 @@ export interface DaemonLoopParams {
   flushUs: number;
   /** Step F: one WRITE posted (per endpoint with something to send). */
   postUs: number;
+  /** Step B takes at most this many requests per loop (0 = all that are ready). */
+  ringTakeMax: number;
   /** A client's turnaround from its response to its next request, us. */
   clientUs: number;
   /** Share of each rank's requests sent to one hot rank (rank 0; 0 = uniform targets). */
@@ -86,6 +88,7 @@ export const DEFAULT_PARAMS: DaemonLoopParams = {
   flushUs: 0.05,
   postUs: 0.08,
   clientUs: 0.2,
+  ringTakeMax: 0,
   hotShare: 0,
   binUs: 10,
   seriesMs: 3,

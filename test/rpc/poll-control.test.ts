@@ -1,0 +1,185 @@
+/**
+ * The poll controllers' state machines on scripted observation sequences: each step of the
+ * memo's adaptive budget (warm-up self-identification, hysteresis, hold, collapse recovery)
+ * and of the batch hold (rate EWMA, clamp, on/off), and the spec parser.
+ */
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { AdaptiveBatchHold, AdaptivePollBudget, createPollController, FixedPollBudget, NoPollControl } from 'weftjs/rpc';
+
+const W = 100; // warm-up loops per phase in these tests
+
+/** Runs `n` loops of (batch, loopUs) with one RTT sample of `rttUs` each. */
+function feed(c: AdaptivePollBudget, n: number, batch: number, loopUs: number, rttUs: number): void {
+  for (let i = 0; i < n; i++) {
+    c.rtt(rttUs);
+    c.endLoop(batch, loopUs);
+  }
+}
+
+/** An adaptive controller through its warm-up with B0 = b0 at u = 0 and B1 = b1 at u = 8. */
+function warmed(b0: number, b1: number, loopUs = 0.7, rttUs = 6): AdaptivePollBudget {
+  const c = new AdaptivePollBudget({ warmupLoops: W, rttUs });
+  feed(c, W, b0, loopUs, rttUs);
+  feed(c, W, b1, loopUs, rttUs);
+  return c;
+}
+
+test('specs: none, fixed:N, adaptive, batch-hold; anything else is a RangeError naming the choices', () => {
+  assert.instance(createPollController('none'), NoPollControl);
+  const f = createPollController('fixed:16');
+  assert.instance(f, FixedPollBudget);
+  assert.is(f.extraPolls, 15);
+  assert.is(f.pollUntil, 16);
+  assert.is(f.setting, 15);
+  const one = createPollController('fixed:0');
+  assert.is(one.extraPolls, 0);
+  assert.is(one.pollUntil, 1);
+  assert.instance(createPollController(' adaptive '), AdaptivePollBudget);
+  assert.instance(createPollController('batch-hold', { batchTarget: 7 }), AdaptiveBatchHold);
+  for (const bad of ['', 'fixed', 'fixed:', 'fixed:-1', 'fixed:1.5', 'fixed:x', 'adaptive2', 'hold']) {
+    assert.throws(() => createPollController(bad), (e: Error) => e instanceof RangeError && /none \| fixed:N \| adaptive \| batch-hold/.test(e.message), bad);
+  }
+  assert.throws(() => new FixedPollBudget(2 ** 21), RangeError);
+  assert.throws(() => new AdaptiveBatchHold({ batchTarget: 0 }), RangeError);
+});
+
+test('none and fixed never change, whatever they observe', () => {
+  const n = new NoPollControl();
+  const f = new FixedPollBudget(16);
+  for (let i = 0; i < 1000; i++) {
+    for (const c of [n, f]) {
+      c.rtt(1000);
+      c.endLoop(i % 3, 0.5);
+      assert.ok(!c.shouldHold());
+    }
+  }
+  assert.is(n.extraPolls, 0);
+  assert.is(f.extraPolls, 15);
+  assert.is(f.pollUntil, 16);
+});
+
+test('adaptive warm-up: u = 0 for the first phase, u_probe for the second, then gains from the sensitivities', () => {
+  const c = new AdaptivePollBudget({ warmupLoops: W, rttUs: 6 });
+  assert.is(c.extraPolls, 0);
+  assert.is(c.pollUntil, 1, 'extra polls stop at the first completion (the memo: if cqe > 0 break)');
+  feed(c, W - 1, 0.5, 0.7, 6);
+  assert.is(c.extraPolls, 0);
+  feed(c, 1, 0.5, 0.7, 6);
+  assert.is(c.extraPolls, 8, 'phase 2 probes u = 8');
+  assert.not.ok(c.identified.active);
+  feed(c, W, 1.3, 0.7, 6);
+  const id = c.identified;
+  assert.ok(id.active);
+  assert.is(c.extraPolls, 0, 'control starts from u = 0');
+  assert.ok(Math.abs(id.b0 - 0.5) < 1e-9);
+  // dB/du = (1.3 - 0.5) / 8 = 0.1 -> step_up = clamp(round(2 / 0.1), 1, 8) = 8
+  assert.is(id.stepUp, 8);
+  assert.is(id.stepDown, 16);
+  // R0 = rtt / loop at u = 0 = 6 / 0.7 -> u_max = clamp(round(2.5 * 8.57), 8, 64) = 21
+  assert.is(id.uMax, 21);
+
+  const steep = warmed(0.5, 8.5); // dB/du = 1 -> step_up 2, step_down 4
+  assert.is(steep.identified.stepUp, 2);
+  assert.is(steep.identified.stepDown, 4);
+  const flat = warmed(2, 1); // dB/du < 0 -> 2 / eps, clamped to 8
+  assert.is(flat.identified.stepUp, 8);
+  const slowLoop = warmed(1, 2, 0.05, 6); // R0 = 120 -> u_max clamps at 64
+  assert.is(slowLoop.identified.uMax, 64);
+  const fastRtt = warmed(1, 2, 5, 6); // R0 = 1.2 -> u_max clamps at 8
+  assert.is(fastRtt.identified.uMax, 8);
+});
+
+test('adaptive: rho < rho_low for low_need loops steps u up, then holds hold_min loops before counting again', () => {
+  const c = warmed(0.5, 8.5); // step_up 2, u_max 21
+  // batch 1 (no collapse: b_ema >= 1), loop 0.7 us against a 6 us RTT: rho ~ 0.12 < 0.8
+  feed(c, 63, 1, 0.7, 6);
+  assert.is(c.extraPolls, 0, 'not before 64 loops');
+  feed(c, 1, 1, 0.7, 6);
+  assert.is(c.extraPolls, 2);
+  feed(c, 32 + 63, 1, 0.7, 6);
+  assert.is(c.extraPolls, 2, '32 held loops, then 63 counted');
+  feed(c, 1, 1, 0.7, 6);
+  assert.is(c.extraPolls, 4);
+  feed(c, 20 * 96, 1, 0.7, 6);
+  assert.is(c.extraPolls, c.identified.uMax, 'clamped at u_max');
+});
+
+test('adaptive: rho > rho_high with few empty loops for high_need loops steps u down by step_down', () => {
+  const c = warmed(0.5, 8.5);
+  feed(c, 64 * 10 + 32 * 10, 1, 0.7, 6);
+  const u0 = c.extraPolls;
+  assert.ok(u0 >= 8);
+  // long, busy loops: 20 us against a 6 us RTT, never empty; the loop EWMA needs ~40 loops to pass 1.2 x RTT
+  feed(c, 300, 30, 20, 6);
+  assert.ok(c.extraPolls < u0, `u went down from ${u0} to ${c.extraPolls}`);
+  assert.is((u0 - c.extraPolls) % c.identified.stepDown === 0 || c.extraPolls === 0, true);
+  feed(c, 128 * 40, 30, 20, 6);
+  assert.is(c.extraPolls, 0, 'down to 0, never below');
+});
+
+test('adaptive: in between (rho in band, few empty loops) the counters reset and u stays', () => {
+  const c = warmed(0.5, 8.5);
+  feed(c, 64 + 32 + 64, 1, 0.7, 6);
+  const u = c.extraPolls;
+  feed(c, 5000, 5, 6, 6); // rho = 1, never empty
+  assert.is(c.extraPolls, u);
+});
+
+test('adaptive collapse recovery: b_ema < 1 and e_ema > 0.9 add 2 x step_up every hold_min + 1 loops', () => {
+  const c = warmed(0.5, 8.5); // step_up 2
+  feed(c, 200, 0, 0.5, 6); // empty loops: e_ema climbs past 0.9, b_ema falls below 1
+  const before = c.extraPolls;
+  assert.ok(before >= 4, `collapse recovery raised u to ${before}`);
+  assert.ok(c.eEma > 0.9 && c.bEma < 1);
+  feed(c, 33, 0, 0.5, 6);
+  assert.ok(c.extraPolls > before || c.extraPolls === c.identified.uMax);
+  feed(c, 33 * 20, 0, 0.5, 6);
+  assert.is(c.extraPolls, c.identified.uMax);
+});
+
+test('adaptive RTT: each loop folds the mean of its samples into the EWMA (alpha 0.02); a loop without samples reuses the last', () => {
+  const c = new AdaptivePollBudget({ warmupLoops: W, rttUs: 6 });
+  c.rtt(10);
+  c.rtt(30);
+  c.endLoop(1, 1);
+  assert.ok(Math.abs(c.rttEmaUs - (6 * 0.98 + 20 * 0.02)) < 1e-9);
+  const after = c.rttEmaUs;
+  c.endLoop(1, 1);
+  assert.ok(Math.abs(c.rttEmaUs - (after * 0.98 + 20 * 0.02)) < 1e-9);
+  c.rtt(Number.NaN); // ignored
+  c.rtt(-1); // ignored
+  c.endLoop(1, 1);
+  assert.ok(Number.isFinite(c.rttEmaUs));
+});
+
+test('batch hold: holds until target or hold time or nothing in flight; hold = target / rate_ewma, clamped to 0.5-100 us', () => {
+  const c = new AdaptiveBatchHold({ batchTarget: 8 });
+  assert.is(c.holdUs, 10, 'starts at the notes default of 10 us');
+  assert.ok(c.shouldHold());
+  assert.not.ok(c.shouldRelease(3, 5, 10));
+  assert.ok(c.shouldRelease(3, 10, 10), 'hold time passed');
+  assert.ok(c.shouldRelease(8, 1, 10), 'target reached');
+  assert.ok(c.shouldRelease(1, 1, 0), 'nothing in flight');
+  c.released(4, 10); // rate 0.4 / us -> hold 20 us; 4 < 8: keep holding
+  assert.ok(Math.abs(c.holdUs - 20) < 1e-9);
+  assert.ok(c.shouldHold());
+  c.released(16, 2); // rate 8 -> ewma 0.875 * 0.4 + 0.125 * 8 = 1.35 -> hold 5.93; 16 >= 8: healthy, stop holding
+  assert.ok(Math.abs(c.rateEwma - 1.35) < 1e-9);
+  assert.ok(Math.abs(c.holdUs - 8 / 1.35) < 1e-9);
+  assert.not.ok(c.shouldHold());
+  c.endLoop(3);
+  assert.not.ok(c.shouldHold(), 'a loop with responses keeps it off');
+  c.endLoop(0);
+  assert.ok(c.shouldHold(), 'a loop without responses turns it on');
+  for (let i = 0; i < 200; i++) c.released(1, 1000);
+  assert.is(c.holdUs, 100, 'clamped at 100 us');
+  for (let i = 0; i < 200; i++) c.released(1000, 0.001);
+  assert.is(c.holdUs, 0.5, 'clamped at 0.5 us');
+  const before = c.rateEwma;
+  c.released(5, 0); // no time held: no rate sample
+  assert.is(c.rateEwma, before);
+  assert.is(c.settingUnit, 'us');
+});
+
+test.run();
