@@ -336,6 +336,7 @@ for (let loop = 1; ; loop++) {
     countBatch(stats, loopResponses, control.setting);
   }
   stats[D.LOOPS]++;
+  if (held > 0) work++; // held responses are work: no sleeping past the hold
   if (work > 0) backoff.busy();
   else backoff.idle();
   if ((loop & 63) === 0) {
@@ -345,6 +346,7 @@ for (let loop = 1; ; loop++) {
 }
 
 stopProfile();
+if (held > 0) fail(`${held} responses still held at shutdown`);
 rpc?.close();
 deleg?.close();
 flux?.close();

@@ -15,7 +15,7 @@ import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { createPollController, POLL_CONTROLLER_SPECS } from 'weftjs/rpc';
-import { runIfMain } from '../lib/command.js';
+import { integerAtLeast, runIfMain } from '../lib/command.js';
 import { resultsDir } from '../lib/stats.js';
 import { RESULT_PREFIX, type RankPlan, type RankResult } from './result.js';
 import { formatTable, median, plotKv, toCsv, type KvRow, type KvSeries } from './report.js';
@@ -54,11 +54,7 @@ export interface KvOptions extends KvShape {
   bind: boolean;
 }
 
-const int = (min: number) => (v: string) => {
-  const n = Number(v);
-  if (!Number.isInteger(n) || n < min) throw new InvalidArgumentError(`an integer >= ${min}`);
-  return n;
-};
+const int = integerAtLeast;
 const seconds = (v: string) => {
   const n = Number(v);
   if (!(n > 0)) throw new InvalidArgumentError('a positive number of seconds');

@@ -2,7 +2,7 @@
  * Each benchmark owns its command (`bench/<name>/` exports it): `weft bench <name>` adds it
  * to its program (bench/cli.ts), and `node dist/bench/<name>/index.js` runs it on its own.
  */
-import type { Command } from 'commander';
+import { InvalidArgumentError, type Command } from 'commander';
 import { fileURLToPath } from 'node:url';
 import path from 'node:path';
 
@@ -27,4 +27,13 @@ export function applyQuick<O extends { quick?: boolean }>(o: O, cmd: Command, qu
     if (cmd.getOptionValueSource(name) === 'default') (o as Record<string, unknown>)[name] = value;
   }
   return o;
+}
+
+/** An option parser for integers of at least `min` (commander calls it with the text). */
+export function integerAtLeast(min: number): (v: string) => number {
+  return (v: string) => {
+    const n = Number(v);
+    if (!Number.isInteger(n) || n < min) throw new InvalidArgumentError(`an integer >= ${min}`);
+    return n;
+  };
 }

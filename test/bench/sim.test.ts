@@ -39,13 +39,22 @@ test('bistable as the memo: without a budget NP=8 collapses (batch <= 2, <= 1/4 
   assert.ok(np8.messagesPerWrite < 2, `NP=8 WRITEs carry ${np8.messagesPerWrite} messages`);
 });
 
-test('the start decides: NP=8 from the full synchronous burst settles high, from the thin start low', () => {
+test('the start decides: NP=8 from a synchronous burst settles high, from clients starting one by one low', () => {
   const Q = DEFAULT_PARAMS.clients * DEFAULT_PARAMS.qd;
   const burst = simulate(short({ np: 8, startBurst: Q }), 'none');
   const thin = simulate(short({ np: 8 }), 'none');
   assert.ok(burst.batchAvg >= 20, `burst: batch ${burst.batchAvg}`);
   assert.ok(thin.batchAvg <= 2, `thin: batch ${thin.batchAvg}`);
   assert.ok(burst.mopsPerRank > 4 * thin.mopsPerRank);
+});
+
+test('client requests are taken in the order they become ready, not the order they were written', () => {
+  // 200 requests at once, the other 1,272 clients starting over 5 ms: within the first ms the
+  // 200 must cycle many times. Were a re-issued request queued behind clients that have not
+  // started yet, each rank would answer at most 200 + 1,272 / 5 = 454 in that ms.
+  const r = simulate(short({ np: 2, startBurst: 200, startSpreadUs: 5000, durationMs: 1, warmupMs: 0, binUs: 10, seriesMs: 1 }), 'none');
+  const answered = r.series.mops.reduce((a, m, i) => a + m * ((r.series.t[i + 1] ?? 1000) - r.series.t[i]), 0);
+  assert.ok(answered > 1000, `answers per rank in the first ms: ${answered}`);
 });
 
 test('a poll budget of 16 keeps NP=8 out of the collapse (>= 4x)', () => {
@@ -60,26 +69,34 @@ test('conservation: calls in flight never exceed clients x QD; every controller 
   for (const c of ['none', 'fixed:4', 'adaptive', 'batch-hold']) {
     const r = simulate(short({ np: 4, durationMs: 4, warmupMs: 1 }), c);
     assert.ok(r.outstandingAvg <= Q, `${c}: ${r.outstandingAvg}`);
-    for (const o of r.series.outstanding) assert.ok(o >= 0 && o <= Q, `${c}: series ${o}`);
+    for (const o of r.series.outstanding) assert.ok(o === null || (o >= 0 && o <= Q), `${c}: series ${o}`);
     const h = r.batchHist.reduce((a, b) => a + b, 0);
     assert.ok(Math.abs(h - 1) < 1e-9, `${c}: histogram sums to ${h}`);
     assert.ok(r.mopsTotal > 0);
   }
 });
 
-test('induced collapse: the controller is ignored until the hand-back; recovery is timed from there', () => {
-  const r = simulate(short({ np: 8, durationMs: 8, collapseAtMs: 0, collapseForMs: 3 }), 'fixed:64');
-  assert.is(r.handBackUs, 3000);
-  assert.ok(r.collapsedBatch !== null && r.collapsedBatch <= 2, `collapsed batch ${r.collapsedBatch}`);
-  const t = recoveryTime(r, 1e9);
-  assert.is(t, null, 'an unreachable reference is never reached');
-  const t0 = recoveryTime(r, 0);
-  assert.is(t0, 0, 'a zero reference is reached at once');
+test('induced collapse: clients stall and come back thinly; NP=8 collapses without control, a budget brings it back', () => {
+  const Q = DEFAULT_PARAMS.clients * DEFAULT_PARAMS.qd;
+  const at = { np: 8, startBurst: Q, durationMs: 8, warmupMs: 6, collapseAtMs: 3, collapseForMs: 1 };
+  const none = simulate(short(at), 'none');
+  const fixed = simulate(short(at), 'fixed:32');
+  assert.is(none.restartUs, 4000);
+  assert.ok(none.afterStallBatch !== null && none.afterStallBatch <= 5, `none after the stall: batch ${none.afterStallBatch}`);
+  assert.ok(none.mopsPerRank * 4 <= fixed.mopsPerRank, `after the stall: none ${none.mopsPerRank}, fixed:32 ${fixed.mopsPerRank} Mops per rank`);
+  assert.is(recoveryTime(none, fixed.mopsPerRank), null, 'without control it stays collapsed');
+  assert.ok(fixed.afterStallBatch !== null && fixed.afterStallBatch >= 20, `fixed:32 after the stall: batch ${fixed.afterStallBatch}`);
+  const t = recoveryTime(fixed, fixed.mopsPerRank);
+  assert.ok(t !== null, 'fixed:32 is back');
+  assert.is(recoveryTime(fixed, 0), 0, 'a zero reference is reached at once');
+  assert.is(recoveryTime(simulate(short({ np: 4, durationMs: 2, warmupMs: 1 }), 'none'), 1), null, 'no induced collapse: no recovery time');
 });
 
 test('parameters are checked', () => {
   assert.is(checkParams(DEFAULT_PARAMS), undefined);
   assert.match(checkParams({ ...DEFAULT_PARAMS, np: 1 })!, /np 1/);
+  assert.match(checkParams({ ...DEFAULT_PARAMS, np: 65 })!, /np 65/);
+  assert.match(checkParams({ ...DEFAULT_PARAMS, rttUs: 0 })!, /rttUs/);
   assert.match(checkParams({ ...DEFAULT_PARAMS, warmupMs: 30 })!, /warm-up/);
   assert.match(checkParams({ ...DEFAULT_PARAMS, jitterUs: -1 })!, /jitterUs/);
   assert.match(checkParams({ ...DEFAULT_PARAMS, hotShare: 2 })!, /hot share/);
@@ -90,7 +107,7 @@ test('weft sim daemon-loop --json prints rows with the issue fields; bad options
   const out = mkdtempSync(path.join(tmpdir(), 'weft-sim-'));
   try {
     const env = { ...process.env, WEFT_BENCH_OUT: out };
-    const r = spawnSync(process.execPath, [WEFT, 'sim', 'daemon-loop', '--np', '4,8', '--controllers', 'none,fixed:16', '--duration-ms', '4', '--warmup-ms', '1', '--collapse-for-ms', '2', '--json', '--no-plots'], { env, encoding: 'utf8', timeout: 120_000 });
+    const r = spawnSync(process.execPath, [WEFT, 'sim', 'daemon-loop', '--np', '4,8', '--controllers', 'none,fixed:16', '--duration-ms', '4', '--warmup-ms', '1', '--collapse-at-ms', '2', '--collapse-for-ms', '0.5', '--json', '--no-plots'], { env, encoding: 'utf8', timeout: 120_000 });
     assert.is(r.status, 0, r.stderr);
     const rows = JSON.parse(r.stdout) as Record<string, unknown>[];
     assert.is(rows.length, 4);
@@ -102,7 +119,7 @@ test('weft sim daemon-loop --json prints rows with the issue fields; bad options
       [['--np', '1'], /--np/],
       [['--controllers', 'none,bogus'], /bogus/],
       [['--duration-ms', '2', '--warmup-ms', '3'], /warm-up/],
-      [['--collapse-for-ms', '30'], /collapse/],
+      [['--collapse-for-ms', '0'], /collapse/],
     ] as [string[], RegExp][]) {
       const bad = spawnSync(process.execPath, [WEFT, 'sim', 'daemon-loop', '--no-plots', ...args], { env, encoding: 'utf8', timeout: 60_000 });
       assert.is(bad.status, 1, `${args.join(' ')}: ${bad.stdout}`);

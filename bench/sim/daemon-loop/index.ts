@@ -9,7 +9,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { createPollController, POLL_CONTROLLER_SPECS } from 'weftjs/rpc';
-import { applyQuick, runIfMain } from '../../lib/command.js';
+import { applyQuick, integerAtLeast, runIfMain } from '../../lib/command.js';
 import { resultsDir } from '../../lib/stats.js';
 import { checkParams, DEFAULT_PARAMS, itemUs, type DaemonLoopParams } from './params.js';
 import { runJobs } from './pool.js';
@@ -20,6 +20,7 @@ interface SimOptions {
   np: number[];
   controllers: string[];
   recovery: boolean;
+  collapseAtMs: number;
   collapseForMs: number;
   seriesNp: number[];
   threads: number;
@@ -30,11 +31,7 @@ interface SimOptions {
 }
 
 const list = (parse: (s: string) => number) => (v: string) => v.split(',').map((s) => parse(s.trim()));
-const integer = (min: number) => (v: string) => {
-  const n = Number(v);
-  if (!Number.isInteger(n) || n < min) throw new InvalidArgumentError(`an integer >= ${min}`);
-  return n;
-};
+const integer = integerAtLeast;
 const number = (v: string) => {
   const n = Number(v);
   if (!Number.isFinite(n) || n < 0) throw new InvalidArgumentError('a number >= 0');
@@ -87,7 +84,8 @@ export function daemonLoopCommand(): Command {
     .option('--np <list>', 'ranks, comma-separated', list(integer(2)), [2, 4, 8, 16, 32])
     .option('--controllers <list>', `poll controllers (${POLL_CONTROLLER_SPECS}), comma-separated`, controllerList, ['none', 'fixed:16', 'adaptive', 'batch-hold'])
     .option('--no-recovery', 'skip the induced-collapse runs')
-    .option('--collapse-for-ms <ms>', 'induced collapse: the loops ignore their controller for the first <ms> (it keeps observing), then recovery is timed', number, 8)
+    .option('--collapse-at-ms <ms>', 'induced collapse, in runs that start with every request at once (high at every NP): the clients stall at <ms> (after the adaptive warm-up)...', number, 10)
+    .option('--collapse-for-ms <ms>', '...for <ms>, then come back thinly over --start-spread-us; the recovery is timed from there', number, 1)
     .option('--series-np <list>', 'NP values whose time series are plotted', list(integer(2)), [8, 16])
     .option('--threads <n>', 'worker threads (default: one per core)', integer(1), 0)
     .option('--quick', 'a short run: NP 4,8,16, 8 ms simulated')
@@ -100,17 +98,19 @@ export function daemonLoopCommand(): Command {
     cmd.addOption(new Option(`--${kebab(key)} <n>`, help).argParser(parse).default(def));
   }
   return cmd.action(async (o: SimOptions & Partial<DaemonLoopParams>, command: Command) => {
-    applyQuick(o, command, { np: [4, 8, 16], durationMs: 8, warmupMs: 3, collapseForMs: 3 } as Partial<SimOptions & DaemonLoopParams>);
+    applyQuick(o, command, { np: [4, 8, 16], durationMs: 8, warmupMs: 3, collapseAtMs: 3 } as Partial<SimOptions & DaemonLoopParams>);
     const base = { ...DEFAULT_PARAMS };
     for (const key of Object.keys(PARAM_HELP) as (keyof DaemonLoopParams)[]) (base as Record<string, unknown>)[key] = o[key];
     for (const np of o.np) {
       const bad = checkParams({ ...base, np });
       if (bad) throw new Error(`weft sim daemon-loop: ${bad}`);
     }
-    if (o.recovery && o.collapseForMs >= base.durationMs) throw new Error(`weft sim daemon-loop: --collapse-for-ms ${o.collapseForMs} must end before --duration-ms ${base.durationMs}`);
+    if (o.recovery && !(o.collapseForMs > 0)) throw new Error('weft sim daemon-loop: --collapse-for-ms must be > 0 (or --no-recovery)');
+    // The recovery runs go on 8 ms past the restart, whatever --duration-ms says.
+    const recoveryMs = Math.max(base.durationMs, o.collapseAtMs + o.collapseForMs + base.startSpreadUs / 1000 + 8);
     const jobs = o.np.flatMap((np) => o.controllers.map((controller) => ({ params: { ...base, np }, controller })));
     const recoveryJobs = o.recovery
-      ? o.np.flatMap((np) => o.controllers.map((controller) => ({ params: { ...base, np, collapseAtMs: 0, collapseForMs: o.collapseForMs }, controller })))
+      ? o.np.flatMap((np) => o.controllers.map((controller) => ({ params: { ...base, np, startBurst: base.clients * base.qd, durationMs: recoveryMs, collapseAtMs: o.collapseAtMs, collapseForMs: o.collapseForMs }, controller })))
       : [];
     const all = [...jobs, ...recoveryJobs];
     const t0 = performance.now();

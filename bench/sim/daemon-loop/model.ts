@@ -43,10 +43,10 @@ export interface SimResult {
   /** The controller's setting, time average (extra polls, or hold us for batch-hold). */
   settingAvg: number;
   settingUnit: 'polls' | 'us';
-  /** Induced collapse: when control came back, us (null: no induced collapse). */
-  handBackUs: number | null;
-  /** Batch average in the last 200 us before the hand-back (shows that a collapse happened). */
-  collapsedBatch: number | null;
+  /** Induced collapse: when the stalled clients start coming back, us (null: none induced). */
+  restartUs: number | null;
+  /** Batch average in the 200 us after the clients are all back (low: the restart collapsed). */
+  afterStallBatch: number | null;
   /** Simulated events (CQ polls) and wall time, for the record. */
   polls: number;
   wallMs: number;
@@ -57,16 +57,16 @@ export interface SimResult {
 export interface SimSeries {
   /** Bin start, us. */
   t: number[];
-  /** Responses per loop in the bin, all ranks. */
-  batch: number[];
-  /** Responses per loop in the bin, rank 0 alone. */
-  batch0: number[];
-  /** Calls in flight per rank. */
-  outstanding: number[];
+  /** Responses per loop of the loops that started in the bin, all ranks (null: none started). */
+  batch: (number | null)[];
+  /** The same for rank 0 alone. */
+  batch0: (number | null)[];
+  /** Calls in flight per rank (time average over the loops that started in the bin). */
+  outstanding: (number | null)[];
   /** Requests answered per second per rank in the bin, millions. */
   mops: number[];
   /** Controller setting (rank average). */
-  setting: number[];
+  setting: (number | null)[];
 }
 
 // Message encoding in a connection's ring: slot * 2 + kind.
@@ -149,7 +149,7 @@ export function simulate(p: DaemonLoopParams, controller: string): SimResult {
   const collapseFrom = p.collapseForMs > 0 ? p.collapseAtMs * 1000 : Infinity;
   const collapseTo = p.collapseForMs > 0 ? (p.collapseAtMs + p.collapseForMs) * 1000 : Infinity;
   const ringTake = p.ringTakeMax > 0 ? p.ringTakeMax : Infinity;
-  const propagationUs = Math.max(0, p.rttUs / 2 - p.writeUs);
+  const flightUs = p.rttUs / 2;
 
   // connections (src * NP + dst): message ring, WRITE ring, occupancy
   const msgs = new Int32Array(P * cap);
@@ -171,10 +171,9 @@ export function simulate(p: DaemonLoopParams, controller: string): SimResult {
   for (let r = 0; r < NP; r++) rng[r] = (p.seed * 2654435761 + r * 40503 + 1) >>> 0 || 1;
   const target = new Int32Array(NP * Q);
   const callTime = new Float64Array(NP * Q);
-  const ringSlot = new Int32Array(NP * Q);
-  const ringReady = new Float64Array(NP * Q);
-  const ringHead = new Float64Array(NP);
-  const ringTail = new Float64Array(NP);
+  /** Each rank's client requests by the time they are written (the delegation ring, in time order). */
+  const ring: TimeHeap[] = [];
+  for (let r = 0; r < NP; r++) ring.push(new TimeHeap(Q));
   const picked = new Int32Array(NP * Q);
   const pickedN = new Int32Array(NP);
   const held = new Int32Array(NP * Q);
@@ -188,6 +187,7 @@ export function simulate(p: DaemonLoopParams, controller: string): SimResult {
   const loopStart = new Float64Array(NP);
   const loopBatch = new Int32Array(NP);
   const loopPolls = new Int32Array(NP);
+  const loopOut = new Int32Array(NP);
 
   // metrics (measured window)
   let loops = 0;
@@ -242,10 +242,7 @@ export function simulate(p: DaemonLoopParams, controller: string): SimResult {
       if (dst >= r) dst++;
     }
     target[r * Q + slot] = dst;
-    const i = ringTail[r] % Q;
-    ringSlot[r * Q + i] = slot;
-    ringReady[r * Q + i] = t;
-    ringTail[r]++;
+    ring[r].push(t, slot);
   }
 
   function append(src: number, dst: number, msg: number): void {
@@ -264,7 +261,10 @@ export function simulate(p: DaemonLoopParams, controller: string): SimResult {
       latencySum += t - callTime[r * Q + slot];
     }
     sAnswered[binOf(t)]++;
-    issue(r, slot, t + p.clientUs);
+    const next = t + p.clientUs;
+    // Induced collapse: clients stall in the window and come back thinly, over startSpreadUs.
+    if (next >= collapseFrom && next < collapseTo) issue(r, slot, collapseTo + random(r) * p.startSpreadUs);
+    else issue(r, slot, next);
   }
 
   function release(r: number, t: number, c: PollController): void {
@@ -277,17 +277,17 @@ export function simulate(p: DaemonLoopParams, controller: string): SimResult {
   /** Steps A and B of the next loop, from time t; returns the time of its CQ poll. */
   function beginLoop(r: number, t: number): number {
     loopStart[r] = t;
+    loopOut[r] = outstanding[r];
     loopBatch[r] = 0;
     loopPolls[r] = 0;
     t += p.ipcUs + p.ringUs;
     // B: the requests clients have written by now
     let n = 0;
     const base = r * Q;
-    while (ringHead[r] < ringTail[r] && n < ringTake) {
-      const i = ringHead[r] % Q;
-      if (ringReady[base + i] > t) break;
-      picked[base + n++] = ringSlot[base + i];
-      ringHead[r]++;
+    const h = ring[r];
+    while (h.size > 0 && h.keys[0] <= t && n < ringTake) {
+      picked[base + n++] = h.vals[0];
+      h.pop();
     }
     pickedN[r] = n;
     return t;
@@ -297,7 +297,6 @@ export function simulate(p: DaemonLoopParams, controller: string): SimResult {
   function poll(r: number, t: number): number {
     polls++;
     const c = ctl[r];
-    const ignore = t >= collapseFrom && t < collapseTo;
     const heap = cq[r];
     const seen = t;
     t += p.pollUs;
@@ -320,7 +319,7 @@ export function simulate(p: DaemonLoopParams, controller: string): SimResult {
           outstanding[r]--;
           loopBatch[r]++;
           c.rtt(t - callTime[r * Q + slot]);
-          if (!ignore && c.shouldHold()) {
+          if (c.shouldHold()) {
             if (heldN[r] === 0) heldSince[r] = t;
             held[r * Q + heldN[r]++] = slot;
           } else deliver(r, slot, t);
@@ -334,7 +333,6 @@ export function simulate(p: DaemonLoopParams, controller: string): SimResult {
   /** Steps D to G and the loop's bookkeeping; returns the time the next loop starts. */
   function finishLoop(r: number, t: number): number {
     const c = ctl[r];
-    const ignore = t >= collapseFrom && t < collapseTo;
     // D: calls for the requests taken in step B
     const base = r * Q;
     const n = pickedN[r];
@@ -357,11 +355,13 @@ export function simulate(p: DaemonLoopParams, controller: string): SimResult {
       const count = mTail[conn] - mFlushed[conn];
       mFlushed[conn] = mTail[conn];
       t += p.postUs;
+      // The connection starts a WRITE when its previous one is done with it; the WRITE lands
+      // half a round trip (plus its messages and the jitter) after it starts.
       const start = t > busyUntil[conn] ? t : busyUntil[conn];
-      const occupancy = p.writeUs + count * p.messageUs;
-      busyUntil[conn] = start + occupancy;
+      const bytesUs = count * p.messageUs;
+      busyUntil[conn] = start + p.writeUs + bytesUs;
       const u = random(r);
-      let arrival = start + occupancy + propagationUs - p.jitterUs * Math.log(1 - u);
+      let arrival = start + flightUs + bytesUs - p.jitterUs * Math.log(1 - u);
       if (arrival < lastArrival[conn]) arrival = lastArrival[conn];
       lastArrival[conn] = arrival;
       wCount[conn * cap + (wTail[conn] & mask)] = count;
@@ -374,18 +374,19 @@ export function simulate(p: DaemonLoopParams, controller: string): SimResult {
     }
     dirtyN[r] = 0;
     // G: nothing parked. Then the hold buffer (batch-hold), at the loop's end as in the notes.
-    if (heldN[r] > 0 && (ignore || c.shouldRelease(heldN[r], t - heldSince[r], outstanding[r]))) release(r, t, c);
+    if (heldN[r] > 0 && c.shouldRelease(heldN[r], t - heldSince[r], outstanding[r])) release(r, t, c);
     const batch = loopBatch[r];
     const dt = t - loopStart[r];
     c.endLoop(batch, dt);
     // metrics
     const s = loopStart[r];
-    const setting = ignore ? 0 : c.setting;
+    const setting = c.setting;
+    const out = (loopOut[r] + outstanding[r]) / 2;
     if (s >= measureFrom) {
       loops++;
       responses += batch;
       hist[batch === 0 ? 0 : batch === 1 ? 1 : batch <= 10 ? 2 : batch <= 100 ? 3 : 4]++;
-      outInt += outstanding[r] * dt;
+      outInt += out * dt;
       settingInt += setting * dt;
       timeInt += dt;
       loopTime += dt;
@@ -397,7 +398,7 @@ export function simulate(p: DaemonLoopParams, controller: string): SimResult {
       sLoops0[b]++;
       sResp0[b] += batch;
     }
-    sOut[b] += outstanding[r] * dt;
+    sOut[b] += out * dt;
     sSet[b] += setting * dt;
     sTime[b] += dt;
     return t;
@@ -421,8 +422,7 @@ export function simulate(p: DaemonLoopParams, controller: string): SimResult {
     if (t >= end) continue;
     t = poll(r, t);
     const c = ctl[r];
-    const ignore = t >= collapseFrom && t < collapseTo;
-    if (!ignore && loopBatch[r] < c.pollUntil && loopPolls[r] <= c.extraPolls) {
+    if (loopBatch[r] < c.pollUntil && loopPolls[r] <= c.extraPolls) {
       clock[r] = t;
       ranks.push(t, r);
       continue;
@@ -439,24 +439,26 @@ export function simulate(p: DaemonLoopParams, controller: string): SimResult {
   for (let b = 0; b < nBins; b++) {
     const w = binWidth(b);
     series.t.push(t0);
-    series.batch.push(sLoops[b] > 0 ? sResp[b] / sLoops[b] : 0);
-    series.batch0.push(sLoops0[b] > 0 ? sResp0[b] / sLoops0[b] : 0);
-    series.outstanding.push(sTime[b] > 0 ? sOut[b] / sTime[b] : 0);
+    series.batch.push(sLoops[b] > 0 ? sResp[b] / sLoops[b] : null);
+    series.batch0.push(sLoops0[b] > 0 ? sResp0[b] / sLoops0[b] : null);
+    series.outstanding.push(sTime[b] > 0 ? sOut[b] / sTime[b] : null);
     series.mops.push(sAnswered[b] / NP / w);
-    series.setting.push(sTime[b] > 0 ? sSet[b] / sTime[b] : 0);
+    series.setting.push(sTime[b] > 0 ? sSet[b] / sTime[b] : null);
     t0 += w;
   }
-  let collapsedBatch: number | null = null;
-  if (Number.isFinite(collapseTo) && collapseTo < end) {
+  // The batch once the stalled clients are all back (after the restart's spread), 200 us long.
+  let afterStallBatch: number | null = null;
+  if (Number.isFinite(collapseTo) && collapseTo + p.startSpreadUs + 200 <= end) {
     let sl = 0;
     let sr = 0;
+    const from = collapseTo + p.startSpreadUs;
     for (let i = 0; i < nBins; i++) {
-      if (series.t[i] >= collapseTo - 200 && series.t[i] < collapseTo) {
+      if (series.t[i] >= from && series.t[i] < from + 200) {
         sl += sLoops[i];
         sr += sResp[i];
       }
     }
-    collapsedBatch = sl > 0 ? sr / sl : 0;
+    afterStallBatch = sl > 0 ? sr / sl : 0;
   }
   return {
     np: NP,
@@ -472,8 +474,8 @@ export function simulate(p: DaemonLoopParams, controller: string): SimResult {
     latencyUs: answered > 0 ? latencySum / answered : 0,
     settingAvg: timeInt > 0 ? settingInt / timeInt : 0,
     settingUnit: ctl[0].settingUnit,
-    handBackUs: Number.isFinite(collapseTo) ? collapseTo : null,
-    collapsedBatch,
+    restartUs: Number.isFinite(collapseTo) ? collapseTo : null,
+    afterStallBatch,
     polls,
     wallMs: performance.now() - wall0,
     series,

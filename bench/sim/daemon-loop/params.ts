@@ -55,9 +55,10 @@ export interface DaemonLoopParams {
   binUs: number;
   seriesMs: number;
   /**
-   * Induced collapse: from `collapseAtMs` for `collapseForMs` the loop ignores its controller
-   * (one poll, no hold) while the controller keeps observing; afterwards control is back and
-   * the recovery time is measured. 0 = off.
+   * Induced collapse: from `collapseAtMs` for `collapseForMs` the clients stall (a response
+   * that arrives is not followed by a request), then each comes back at a uniform time over
+   * `startSpreadUs`: the thin restart that collapses NP=8 without control. The controllers
+   * run throughout. 0 = off.
    */
   collapseAtMs: number;
   collapseForMs: number;
@@ -94,7 +95,7 @@ export const DEFAULT_PARAMS: DaemonLoopParams = {
   seriesMs: 3,
   collapseAtMs: 0,
   collapseForMs: 0,
-  startBurst: 46,
+  startBurst: 0,
   startSpreadUs: 300,
 };
 
@@ -105,7 +106,8 @@ export function itemUs(p: DaemonLoopParams): number {
 
 /** Checks a parameter set; returns the first problem, or undefined. */
 export function checkParams(p: DaemonLoopParams): string | undefined {
-  if (!Number.isInteger(p.np) || p.np < 2 || p.np > 256) return `np ${p.np}: an integer from 2 to 256`;
+  if (!Number.isInteger(p.np) || p.np < 2 || p.np > 64) return `np ${p.np}: an integer from 2 to 64 (memory grows as NP^2 x clients x QD)`;
+  if (!(p.rttUs > 0)) return `rttUs ${p.rttUs}: > 0 (a WRITE must take time to land)`;
   if (!Number.isInteger(p.clients) || p.clients < 1) return `clients ${p.clients}: an integer of at least 1`;
   if (!Number.isInteger(p.qd) || p.qd < 1) return `qd ${p.qd}: an integer of at least 1`;
   if (p.clients * p.qd > 1 << 20) return `clients x qd = ${p.clients * p.qd}: at most ${1 << 20} requests per rank`;

@@ -24,10 +24,10 @@ export interface SimRow {
   setting_unit: 'polls' | 'us';
   /** Per-rank Mops over the best of the fixed choices (none, fixed:N) at this NP. */
   vs_best_fixed: number | null;
-  /** From the induced-collapse run of this pair: us from the hand-back to 80% of the best fixed choice's throughput (null: no collapse, or never). */
+  /** Induced collapse (clients stall, then come back thinly): us from the restart to 80% of the best fixed choice's throughput over 100 us (null: not within the run). */
   recovery_us: number | null;
-  /** Batch average just before control came back in that run (a collapse shows as <= 2). */
-  collapsed_batch: number | null;
+  /** Batch average in the 200 us after the clients are all back (<= 2: the restart collapsed). */
+  after_stall_batch: number | null;
   wall_ms: number;
 }
 
@@ -38,13 +38,13 @@ const isFixedChoice = (c: string): boolean => c === 'none' || c.startsWith('fixe
  * `reference` Mops per rank; null if it never does.
  */
 export function recoveryTime(r: SimResult, reference: number, share = 0.8, windowUs = 100): number | null {
-  if (r.handBackUs === null) return null;
+  if (r.restartUs === null) return null;
   const s = r.series;
   let acc = 0;
   let accW = 0;
   const q: [number, number][] = [];
   for (let i = 0; i < s.t.length; i++) {
-    if (s.t[i] < r.handBackUs) continue;
+    if (s.t[i] < r.restartUs) continue;
     const w = (i + 1 < s.t.length ? s.t[i + 1] : s.t[i] + (s.t[i] - s.t[i - 1])) - s.t[i];
     q.push([s.mops[i] * w, w]);
     acc += s.mops[i] * w;
@@ -54,7 +54,7 @@ export function recoveryTime(r: SimResult, reference: number, share = 0.8, windo
       acc -= v;
       accW -= ww;
     }
-    if (accW >= windowUs && acc / accW >= share * reference) return Math.max(0, s.t[i] + w - accW - r.handBackUs);
+    if (accW >= windowUs && acc / accW >= share * reference) return Math.max(0, s.t[i] + w - accW - r.restartUs);
   }
   return null;
 }
@@ -82,8 +82,8 @@ export function toRows(results: SimResult[], recovery: SimResult[]): SimRow[] {
       setting_avg: r.settingAvg,
       setting_unit: r.settingUnit,
       vs_best_fixed: best !== undefined && best > 0 ? r.mopsPerRank / best : null,
-      recovery_us: rec && best !== undefined && rec.collapsedBatch !== null && rec.collapsedBatch <= 2 ? recoveryTime(rec, best) : null,
-      collapsed_batch: rec ? rec.collapsedBatch : null,
+      recovery_us: rec && best !== undefined ? recoveryTime(rec, best) : null,
+      after_stall_batch: rec ? rec.afterStallBatch : null,
       wall_ms: r.wallMs,
     };
   });
@@ -94,7 +94,7 @@ const fix = (x: number, d: number): string => x.toFixed(d);
 
 export function formatTable(rows: SimRow[], withRecovery: boolean): string {
   const header = ['NP', 'controller', 'Mops total', '/rank', 'vs best fixed', 'batch avg', 'b=0 %', '1 %', '2-10 %', '11-100 %', '>100 %', 'outstanding', 'loops/10s', 'loop us', 'msgs/WRITE', 'setting'];
-  if (withRecovery) header.push('collapsed', 'recovery');
+  if (withRecovery) header.push('after stall', 'recovery');
   const body = rows.map((r) => {
     const line = [
       String(r.np),
@@ -115,8 +115,8 @@ export function formatTable(rows: SimRow[], withRecovery: boolean): string {
       `${fix(r.setting_avg, 1)} ${r.setting_unit}`,
     ];
     if (withRecovery) {
-      line.push(r.collapsed_batch === null ? '-' : r.collapsed_batch <= 2 ? `yes (${fix(r.collapsed_batch, 1)})` : `no (${fix(r.collapsed_batch, 0)})`);
-      line.push(r.collapsed_batch === null || r.collapsed_batch > 2 ? '-' : r.recovery_us === null ? 'not in run' : `${fix(r.recovery_us / 1000, 2)} ms`);
+      line.push(r.after_stall_batch === null ? '-' : `batch ${fix(r.after_stall_batch, r.after_stall_batch < 10 ? 1 : 0)}`);
+      line.push(r.recovery_us === null ? (r.after_stall_batch === null ? '-' : 'not in run') : `${fix(r.recovery_us / 1000, 2)} ms`);
     }
     return line;
   });
@@ -147,7 +147,11 @@ function seriesSpec(runs: SimResult[], metric: 'batch' | 'outstanding' | 'mops' 
   const values: { t: number; v: number; run: string }[] = [];
   for (const r of runs) {
     const s = r.series;
-    for (let i = 0; i < s.t.length && s.t[i] < untilUs; i++) values.push({ t: s.t[i] / 1000, v: log ? Math.max(s[metric][i], 0.1) : s[metric][i], run: `NP=${r.np} ${r.controller}` });
+    for (let i = 0; i < s.t.length && s.t[i] < untilUs; i++) {
+      const v = s[metric][i];
+      if (v === null) continue; // no loop started in this bin
+      values.push({ t: s.t[i] / 1000, v: log ? Math.max(v, 0.1) : v, run: `NP=${r.np} ${r.controller}` });
+    }
   }
   return {
     $schema: SCHEMA,
@@ -174,10 +178,11 @@ export async function plotSim(results: SimResult[], recovery: SimResult[], rows:
     files.push(await renderSvg(seriesSpec(none, 'outstanding', 'calls in flight per rank, no budget', 'outstanding', seriesUs, false), path.join(outDir, 'sim-series-outstanding.svg')));
   }
   if (recovery.length > 0) {
-    const np = seriesNp.find((n) => recovery.some((r) => r.np === n && r.collapsedBatch !== null && r.collapsedBatch <= 2)) ?? recovery[0].np;
+    // the NP where the stall really collapses the loop without control, else the first
+    const np = seriesNp.find((n) => recovery.some((r) => r.np === n && r.controller === 'none' && r.afterStallBatch !== null && r.afterStallBatch <= 2)) ?? recovery[0].np;
     const runs = recovery.filter((r) => r.np === np);
     const until = Math.max(...runs.map((r) => r.series.t[r.series.t.length - 1] ?? 0)) + 1;
-    files.push(await renderSvg(seriesSpec(runs, 'mops', `NP=${np}: throughput; the controller is ignored until the induced collapse ends`, 'Mops per rank', until, false), path.join(outDir, 'sim-recovery.svg')));
+    files.push(await renderSvg(seriesSpec(runs, 'mops', `NP=${np}: throughput around the induced collapse (clients stall, then return thinly)`, 'Mops per rank', until, false), path.join(outDir, 'sim-recovery.svg')));
     files.push(await renderSvg(seriesSpec(runs.filter((r) => r.controller !== 'none'), 'setting', `NP=${np}: controller setting (extra polls, or hold us)`, 'setting', until, false), path.join(outDir, 'sim-setting.svg')));
   }
   return files;
