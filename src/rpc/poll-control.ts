@@ -152,9 +152,16 @@ const enum Phase {
 
 /**
  * The memo's self-identifying adaptive poll budget (its last section), line for line. Where
- * the memo leaves a choice open this class says so: the warm-up phases last `warmupLoops`
- * loops each; R0 in u_max = clamp(round(2.5 R0), 8, 64) is read as the RTT in loop times at
- * u = 0 (rtt_ema / loop_ema: the polls it takes to wait one RTT); control starts from u = 0.
+ * the memo leaves a choice open this class says so:
+ * - the warm-up phases last `warmupLoops` loops each and only measure (steps D and E start
+ *   after them); B0 and E0 are plain means over the phase, start-up included;
+ * - R0 in u_max = clamp(round(2.5 R0), 8, 64) is the RTT in loop times at u = 0 (rtt_ema /
+ *   mean loop: the polls it takes to wait one RTT); control starts from u = 0;
+ * - the batch, empty and loop EWMAs start at the first loop's values, the RTT EWMA at `rttUs`
+ *   (the memo's T_rtt); the RTT folded in per loop is the mean of the loop's samples;
+ * - eps in max(dB/du, eps) is 1e-3; dE/du is computed by the memo but used by no gain;
+ * - the batch is the loop's responses (the memo's copyrpc_resp_count), so `pollUntil` = 1
+ *   ends the extra polls at the first response.
  */
 export class AdaptivePollBudget extends PollController {
   readonly kind = 'adaptive';
