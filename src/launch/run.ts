@@ -131,6 +131,13 @@ export async function launch(o: LaunchOptions): Promise<number> {
   const children: ChildProcess[] = [];
   const exits: ({ code: number | null; signal: NodeJS.Signals | null } | undefined)[] = new Array(o.ranks).fill(undefined);
   let failure: string | undefined;
+  /**
+   * A failed rank whose stderr named EPEERDEAD died of another rank's death: the summary names
+   * it only when no rank failed of its own accord within the grace (it may exit first: the
+   * dead rank unlinks its memory before its process is gone).
+   */
+  let consequence: string | undefined;
+  const peerDead: boolean[] = [];
   let stopping = false;
   let killTimer: NodeJS.Timeout | undefined;
 
@@ -196,7 +203,10 @@ export async function launch(o: LaunchOptions): Promise<number> {
       children.push(child);
       const tag = color ? `\x1b[${COLORS[rank % COLORS.length]}m[rank ${rank}]\x1b[0m ` : `[rank ${rank}] `;
       createInterface({ input: child.stdout! }).on('line', (l) => out.write(tag + l + '\n'));
-      createInterface({ input: child.stderr! }).on('line', (l) => err.write(tag + l + '\n'));
+      createInterface({ input: child.stderr! }).on('line', (l) => {
+        if (!peerDead[local] && l.includes('EPEERDEAD')) peerDead[local] = true;
+        err.write(tag + l + '\n');
+      });
       child.on('error', (e) => {
         failure ??= `rank ${rank} could not start: ${e.message}`;
         stopAll('SIGTERM');
@@ -208,7 +218,9 @@ export async function launch(o: LaunchOptions): Promise<number> {
         if (child.pid) sweepProcessSegments(child.pid);
         const judge = () => {
           if ((code !== 0 || signal) && !stopping && !interrupted) {
-            failure ??= `rank ${rank} ${signal ? `was killed by ${signal}` : `exited with status ${code}`}${stoppedRanks()}`;
+            const what = `rank ${rank} ${signal ? `was killed by ${signal}` : `exited with status ${code}`}${stoppedRanks()}`;
+            if (peerDead[local]) consequence ??= what;
+            else failure ??= what;
             rankFailed();
           }
           if (--remaining === 0) resolve();
@@ -217,11 +229,25 @@ export async function launch(o: LaunchOptions): Promise<number> {
         // handler runs. Give the launcher's SIGINT a moment to arrive, so the job reads as
         // interrupted (130), not as a failed rank.
         if (signal === 'SIGINT' && !stopping) setTimeout(judge, 100);
-        else judge();
+        else if (code !== 0 || signal) {
+          // Its last stderr lines may still be in the pipe (they say whether it died of a
+          // peer's death): judge once they are read, or after 100 ms at most.
+          let judged = false;
+          const once = () => {
+            if (judged) return;
+            judged = true;
+            clearTimeout(timer);
+            judge();
+          };
+          const timer = setTimeout(once, 100);
+          if (child.stderr!.readableEnded) once();
+          else child.stderr!.once('end', once);
+        } else judge();
       });
     }
   });
   await done;
+  failure ??= consequence;
   clearTimeout(graceTimer);
   if (killTimer) clearTimeout(killTimer);
   process.off('SIGINT', onSignal);

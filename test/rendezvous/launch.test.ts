@@ -14,6 +14,7 @@ const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '.
 const WEFT = path.join(root, 'bin', 'weft.js');
 const RANK = path.join(root, 'test', 'rendezvous', 'workers', 'mesh-rank.mjs');
 const SECRET_RANK = path.join(root, 'test', 'rendezvous', 'workers', 'secret-rank.mjs');
+const BLAME_RANK = path.join(root, 'test', 'rendezvous', 'workers', 'blame-rank.mjs');
 const PASSWORD_WARNING = /weft run: warning: the --store URL carries a password/;
 
 interface Run {
@@ -113,6 +114,15 @@ test('a failing rank stops the job within 5 s with a summary naming it; no orpha
   assert.ok(/weft run: rank 2 exited with status 1/.test(r.err), `summary should name rank 2:\n${r.err}`);
   assert.ok(/\[rank 2\] .*rank 2 fails on purpose/.test(r.err), `rank 2's error should be relayed:\n${r.err}`);
   assert.ok(r.ms < 15_000, `took ${r.ms} ms`);
+  await new Promise((res) => setTimeout(res, 200));
+  assert.equal(orphans(), []);
+});
+
+test('the summary names the rank that failed, not one that exited first of its death (EPEERDEAD)', async () => {
+  const r = await weftRun(['-n', '3', BLAME_RANK]);
+  assert.is(r.code, 1, r.err);
+  assert.match(r.err, /weft run: rank 2 exited with status 1/);
+  assert.match(r.err, /\[rank 0\] .*EPEERDEAD/);
   await new Promise((res) => setTimeout(res, 200));
   assert.equal(orphans(), []);
 });

@@ -54,7 +54,17 @@ export class PeerControl {
   segment(segId: number): SharedArrayBuffer {
     let sab = this.segments.get(segId);
     if (!sab) {
-      sab = openSegment(`${this.prefix}.m${segId}`);
+      const name = `${this.prefix}.m${segId}`;
+      try {
+        sab = openSegment(name);
+      } catch (err) {
+        // A peer's advertised memory disappears when its process exits (it unlinks its
+        // segments on the way out, before the process is gone).
+        if ((err as NodeJS.ErrnoException).code === 'ENOENT' || /No such file/.test((err as Error).message)) {
+          throw new WeftError('EPEERDEAD', `${this.label} is gone: its memory segment ${name} was removed (the peer exited, or deregistered that memory)`, { cause: err });
+        }
+        throw err;
+      }
       this.segments.set(segId, sab);
     }
     return sab;
