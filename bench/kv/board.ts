@@ -37,11 +37,9 @@ export const CLIENT_WORDS = C.HIST + BUCKETS;
  */
 export const D = {
   LOOPS: 0,
-  /** Loops whose CQ polls delivered no response. */
-  EMPTY: 1,
   /** Responses over all CQ loops. */
   RESPONSES: 2,
-  /** Histogram of responses per CQ loop: 0, 1, 2-10, 11-100, >100. */
+  /** Histogram of responses per CQ loop: 0 (empty loops), 1, 2-10, 11-100, >100. */
   B0: 3,
   B1: 4,
   B2_10: 5,
@@ -76,10 +74,8 @@ export function countBatch(d: Float64Array, batch: number, setting: number): voi
   d[D.CQ_LOOPS]++;
   d[D.SETTING_SUM] += setting;
   d[D.RESPONSES] += batch;
-  if (batch === 0) {
-    d[D.EMPTY]++;
-    d[D.B0]++;
-  } else if (batch === 1) d[D.B1]++;
+  if (batch === 0) d[D.B0]++;
+  else if (batch === 1) d[D.B1]++;
   else if (batch <= 10) d[D.B2_10]++;
   else if (batch <= 100) d[D.B11_100]++;
   else d[D.B100]++;

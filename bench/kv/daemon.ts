@@ -135,8 +135,8 @@ let loopT0 = 0;
 /** One sampled call at a time for the RTT the adaptive budget divides by. */
 let rttToken = -1;
 let rttStart = 0;
-/** batch-hold: client responses waiting to go out together. */
-const HOLD_MAX = 4096 + cfg.clients * Math.max(2, nextPow2(cfg.qd)) * 2;
+/** batch-hold: client responses waiting to go out together (at most every client's window). */
+const HOLD_MAX = cfg.clients * depth;
 const heldTokens = new Float64Array(HOLD_MAX);
 const heldBytes = new Uint8Array(HOLD_MAX * RESPONSE_BYTES);
 let held = 0;
@@ -149,15 +149,19 @@ function respond(t: number, buf: Uint8Array, off: number): void {
     control.rtt((performance.now() - rttStart) * 1000);
     rttToken = -1;
   }
-  const kind = kindOf(t);
-  if (holds && (kind === T_DELEG || kind === T_IPC) && control.shouldHold()) {
-    if (held === HOLD_MAX) fail('the batch-hold buffer overflowed');
-    if (held === 0) heldSince = performance.now();
-    heldTokens[held] = t;
-    const base = held * RESPONSE_BYTES;
-    for (let b = 0; b < RESPONSE_BYTES; b++) heldBytes[base + b] = buf[off + b];
-    held++;
-  } else answer(t, buf, off);
+  if (holds && control.shouldHold()) {
+    const kind = kindOf(t);
+    if (kind === T_DELEG || kind === T_IPC) {
+      if (held === HOLD_MAX) fail('the batch-hold buffer overflowed');
+      if (held === 0) heldSince = performance.now();
+      heldTokens[held] = t;
+      const base = held * RESPONSE_BYTES;
+      for (let b = 0; b < RESPONSE_BYTES; b++) heldBytes[base + b] = buf[off + b];
+      held++;
+      return;
+    }
+  }
+  answer(t, buf, off);
 }
 
 /** End of a loop holding responses: out they go when the controller says so. */

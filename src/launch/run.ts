@@ -225,24 +225,25 @@ export async function launch(o: LaunchOptions): Promise<number> {
           }
           if (--remaining === 0) resolve();
         };
-        // Ctrl-C signals the whole process group: a rank may die of it before our own
-        // handler runs. Give the launcher's SIGINT a moment to arrive, so the job reads as
-        // interrupted (130), not as a failed rank.
-        if (signal === 'SIGINT' && !stopping) setTimeout(judge, 100);
-        else if (code !== 0 || signal) {
-          // Its last stderr lines may still be in the pipe (they say whether it died of a
-          // peer's death): judge once they are read, or after 100 ms at most.
+        if (code === 0 && !signal) judge();
+        else {
+          // A failed rank is judged once its last stderr lines are read (they say whether it
+          // died of a peer's death), 100 ms at most. One killed by SIGINT waits the 100 ms:
+          // Ctrl-C signals the whole process group, so a rank may die of it before our own
+          // handler runs, and the job must read as interrupted (130), not as a failed rank.
           let judged = false;
-          const once = () => {
+          const judgeOnce = () => {
             if (judged) return;
             judged = true;
             clearTimeout(timer);
             judge();
           };
-          const timer = setTimeout(once, 100);
-          if (child.stderr!.readableEnded) once();
-          else child.stderr!.once('end', once);
-        } else judge();
+          const timer = setTimeout(judgeOnce, 100);
+          if (signal !== 'SIGINT' || stopping) {
+            if (child.stderr!.readableEnded) judgeOnce();
+            else child.stderr!.once('end', judgeOnce);
+          }
+        }
       });
     }
   });

@@ -183,7 +183,6 @@ export function simulate(p: DaemonLoopParams, controller: string): SimResult {
   const dirtyN = new Int32Array(NP);
   const isDirty = new Uint8Array(P);
   const outstanding = new Int32Array(NP);
-  const clock = new Float64Array(NP);
   const loopStart = new Float64Array(NP);
   const loopBatch = new Int32Array(NP);
   const loopPolls = new Int32Array(NP);
@@ -198,8 +197,8 @@ export function simulate(p: DaemonLoopParams, controller: string): SimResult {
   let writeMsgs = 0;
   let outInt = 0;
   let settingInt = 0;
+  /** Loop time summed over the measured loops, us. */
   let timeInt = 0;
-  let loopTime = 0;
   let polls = 0;
   const hist = new Float64Array(5);
   // series
@@ -389,7 +388,6 @@ export function simulate(p: DaemonLoopParams, controller: string): SimResult {
       outInt += out * dt;
       settingInt += setting * dt;
       timeInt += dt;
-      loopTime += dt;
     }
     const b = binOf(s);
     sLoops[b]++;
@@ -412,8 +410,7 @@ export function simulate(p: DaemonLoopParams, controller: string): SimResult {
   // The scheduler: ranks by the time of their next CQ poll.
   const ranks = new TimeHeap(NP);
   for (let r = 0; r < NP; r++) {
-    clock[r] = beginLoop(r, 0);
-    ranks.push(clock[r], r);
+    ranks.push(beginLoop(r, 0), r);
   }
   while (ranks.size > 0) {
     const r = ranks.vals[0];
@@ -423,13 +420,11 @@ export function simulate(p: DaemonLoopParams, controller: string): SimResult {
     t = poll(r, t);
     const c = ctl[r];
     if (loopBatch[r] < c.pollUntil && loopPolls[r] <= c.extraPolls) {
-      clock[r] = t;
       ranks.push(t, r);
       continue;
     }
     t = finishLoop(r, t);
-    clock[r] = beginLoop(r, t);
-    ranks.push(clock[r], r);
+    ranks.push(beginLoop(r, t), r);
   }
 
   // results
@@ -469,7 +464,7 @@ export function simulate(p: DaemonLoopParams, controller: string): SimResult {
     batchAvg: loops > 0 ? responses / loops : 0,
     batchHist: Array.from(hist, (h) => (loops > 0 ? h / loops : 0)) as SimResult['batchHist'],
     loopsPerS: loops / window / NP,
-    loopUs: loops > 0 ? loopTime / loops : 0,
+    loopUs: loops > 0 ? timeInt / loops : 0,
     messagesPerWrite: writes > 0 ? writeMsgs / writes : 0,
     latencyUs: answered > 0 ? latencySum / answered : 0,
     settingAvg: timeInt > 0 ? settingInt / timeInt : 0,

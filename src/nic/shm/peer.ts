@@ -60,7 +60,7 @@ export class PeerControl {
       } catch (err) {
         // A peer's advertised memory disappears when its process exits (it unlinks its
         // segments on the way out, before the process is gone).
-        if ((err as NodeJS.ErrnoException).code === 'ENOENT' || /No such file/.test((err as Error).message)) {
+        if ((err as NodeJS.ErrnoException).code === 'ENOENT') {
           throw new WeftError('EPEERDEAD', `${this.label} is gone: its memory segment ${name} was removed (the peer exited, or deregistered that memory)`, { cause: err });
         }
         throw err;
