@@ -11,6 +11,7 @@ import { checkArray, checkRoot } from '../collectives/checks.js';
 import { withCollectives } from './communicator.js';
 import * as C from '../collectives/index.js';
 import { RpcEngine, type RpcEngineOptions } from '../rpc/engine.js';
+import { TransferEngine, type TransferEngineOptions } from '../transfer/engine.js';
 import type { WaitOptions } from '../util/deadline.js';
 import type { TypedArray } from '../collectives/checks.js';
 import type { TypedArrayConstructor } from '../transport/shared-arrays.js';
@@ -20,6 +21,7 @@ const CLOSE_TAG = 0xffffffff;
 
 export class ProcessGroup extends withCollectives(JobMember) {
   private rpcEngine: RpcEngine | undefined;
+  private transferEngine: Promise<TransferEngine> | undefined;
   /**
    * A job that spans hosts: the subgroups its hierarchical collectives run on (this rank's
    * host, the hosts' leaders, the ranks with this local rank on every host). Undefined on
@@ -120,6 +122,9 @@ export class ProcessGroup extends withCollectives(JobMember) {
     if (!this.transport.failure && !this.transport.closed && this.size > 1) {
       await C.barrier(this, { tag: CLOSE_TAG, timeoutMs: options.timeoutMs ?? 5000, signal: options.signal }).catch(() => {});
     }
+    // After the barrier: no peer still moves data to or from this rank's segment.
+    const engine = await this.transferEngine?.catch(() => undefined);
+    await engine?.close();
     await super.close(options);
   }
 
@@ -155,6 +160,33 @@ export class ProcessGroup extends withCollectives(JobMember) {
   rpc<U = unknown>(options?: RpcEngineOptions): RpcEngine<U> {
     this.rpcEngine ??= new RpcEngine(this.router, options);
     return this.rpcEngine as RpcEngine<U>;
+  }
+
+  /**
+   * The transfer engine on this rank's device (weftjs/transfer, docs/transfer.md): opened on
+   * the first call, which is collective (every rank calls it), and the same engine on later
+   * calls until it is closed. Options apply on the opening call only. `close()` closes it.
+   *
+   * @example
+   * const engine = await ctx.transfer();
+   * const buf = ctx.alloc(Uint8Array, 1 << 20);
+   * await engine.registerLocalMemory(buf);
+   */
+  transfer(options?: TransferEngineOptions): Promise<TransferEngine> {
+    const opening = this.transferEngine;
+    if (opening) {
+      return opening.then((e) => {
+        if (!e.closed) return e;
+        if (this.transferEngine === opening) this.transferEngine = undefined;
+        return this.transfer(options);
+      });
+    }
+    const next = TransferEngine.open(this, options);
+    this.transferEngine = next;
+    next.catch(() => {
+      if (this.transferEngine === next) this.transferEngine = undefined;
+    });
+    return next;
   }
 
   protected override closeUsers(): void {

@@ -1,0 +1,902 @@
+/**
+ * The transfer engine (seeds/transfer-engine-api.zh.md): a rank registers buffers, they are
+ * published in the job's store as its segment (SegmentDesc JSON), and any rank moves data to
+ * and from them in batches of one-sided READs and WRITEs, with no call by the target's code.
+ *
+ * How a request moves: submitTransfer checks it (source inside registered memory, target
+ * inside a buffer of the target's descriptor, re-read from the store once when the cached copy
+ * lacks it) and cuts it into slices of `sliceBytes`. Slices wait in a queue per target rank
+ * and are posted round-robin over the `qpsPerPeer` paths toward it, at most `pathDepth` on a
+ * path at once; each slice is one NIC READ or WRITE whose work-request id is the slice. Its
+ * completion comes back through the process's completion router (the engine owns its QPs
+ * there, beside the collectives' and copyrpc's). A slice that fails on a path is posted again
+ * on another live path; when none is left, its request is FAILED, naming the error.
+ *
+ * Progress, as libfabric's manual progress: getTransferStatus and waitBatch drive it, and
+ * while requests are open one waiter in the router's shared loop drives it when the event loop
+ * is idle (the one waiting loop: spin, yield, sleep on the CQ). submitTransfer itself only
+ * checks and queues, so it returns at once even for gigabytes on shared memory, where the
+ * initiator's CPU does the copies.
+ */
+import { hostname } from 'node:os';
+import { WeftError } from '../errors.js';
+import { copyInto } from '../host/copy.js';
+import type { CompletionSink } from '../nic/completion-router.js';
+import { Opcode, Status, type CompletionBatch, type QueuePair } from '../nic/types.js';
+import { Deadline, defaultTimeoutMs, type WaitOptions } from '../util/deadline.js';
+import { describeValue } from '../util/describe.js';
+import { Batch, OP_READ, OP_WRITE } from './batch.js';
+import { LocalMemory, type LocalBuffer } from './local-memory.js';
+import { PassiveProgress } from './passive-progress.js';
+import { closePath, connectPaths, type TransferGroup } from './paths.js';
+import { RemoteSegment, type RemoteBuffer } from './remote-segment.js';
+import { decodeSegmentDesc, encodeSegmentDesc, rkeyHex, SEGMENT_PROTOCOL, segmentKey, type PriorityMatrix, type SegmentDesc } from './segment-desc.js';
+import { SliceQueue, SliceTable } from './slices.js';
+import { Task, TASK_STATUS, type BatchID, type SegmentID, type TransferRequest, type TransferStatus } from './types.js';
+
+/** Options of `TransferEngine.open` (every rank passes the same qpsPerPeer). */
+export interface TransferEngineOptions extends WaitOptions {
+  /** This rank's segment name, unique in the job (default `<hostname>:<rank>`; the note recommends the host name, one engine per host). */
+  name?: string;
+  /** Where this rank's memory is, the priority matrix's key (default 'cpu:0'). */
+  location?: string;
+  /**
+   * The note's nic_priority_matrix: location -> [preferred devices, other devices]. weft has
+   * one device per process, called 'nic0'; by default every location prefers it.
+   */
+  priorityMatrix?: PriorityMatrix;
+  /** Queue pairs (paths) toward each other rank (default 2). */
+  qpsPerPeer?: number;
+  /** Requests longer than this are cut into slices of it (default 64 KiB). */
+  sliceBytes?: number;
+  /** Slices posted and not completed on one path at most (default 16). */
+  pathDepth?: number;
+  /** Default of a batch's request timeout, ms (default WEFT_TIMEOUT_MS or 30 s). */
+  requestTimeoutMs?: number;
+}
+
+/** Options of `allocateBatchID`. */
+export interface BatchOptions {
+  /** A request not done this many ms after its submit is TIMEOUT (default: the engine's requestTimeoutMs). */
+  timeoutMs?: number;
+}
+
+/** Counters since open. */
+export interface TransferStats {
+  submitted: number;
+  completed: number;
+  failed: number;
+  invalid: number;
+  timedOut: number;
+  /** Slices posted again on another path after one failed. */
+  retries: number;
+  slices: number;
+  bytes: number;
+}
+
+/** The one device of a process, as the descriptor names it. */
+const DEVICE_NAME = 'nic0';
+const MAX_SLICE = 64 << 20;
+/** Rounds of post + poll per progress call, so the event loop turns. */
+const PUMP_ROUNDS = 64;
+/** Batches of one capacity kept for reuse. */
+const POOL_PER_CAPACITY = 8;
+
+/** Per target rank: its paths and the queue of slices waiting for one. */
+class Peer {
+  readonly inflight: Int32Array;
+  readonly dead: Uint8Array;
+  readonly queue = new SliceQueue();
+  next = 0;
+  listed = false;
+  constructor(
+    readonly rank: number,
+    readonly qps: QueuePair[],
+  ) {
+    this.inflight = new Int32Array(qps.length);
+    this.dead = new Uint8Array(qps.length);
+  }
+  alive(): boolean {
+    for (let k = 0; k < this.dead.length; k++) if (this.dead[k] === 0) return true;
+    return false;
+  }
+}
+
+/** Open counts per group: open is collective, so each open's store keys are the same on every rank. */
+const opens = new WeakMap<TransferGroup, number>();
+
+/**
+ * A rank's transfer engine: its segment (registered buffers, published in the store) and
+ * batched one-sided READ / WRITE to any rank's segment. Open it on every rank of the job.
+ *
+ * @example
+ * import { TransferEngine } from 'weftjs/transfer';
+ * const engine = await TransferEngine.open(ctx);            // collective; or ctx.transfer()
+ * const mine = ctx.alloc(Uint8Array, 1 << 20);
+ * const addr = await engine.registerLocalMemory(mine);      // published in the store
+ * await ctx.barrier();
+ * const peer = await engine.openSegment(engine.segmentNames[(ctx.rank + 1) % ctx.size]);
+ * const theirs = engine.getSegmentDesc(peer).buffers[0];
+ * const batch = engine.allocateBatchID(1);
+ * engine.submitTransfer(batch, [{ opcode: 'READ', source: mine, targetId: peer, targetOffset: theirs.addr, length: 4096 }]);
+ * await engine.waitBatch(batch, { timeoutMs: 5000 });
+ * console.log(engine.getTransferStatus(batch)[0].status);  // 'COMPLETED'
+ * engine.freeBatchID(batch);
+ */
+export class TransferEngine implements CompletionSink {
+  /** segmentNames[r]: the segment name of rank r's engine. */
+  readonly segmentNames: readonly string[];
+  readonly name: string;
+  readonly sliceBytes: number;
+  readonly stats: TransferStats = { submitted: 0, completed: 0, failed: 0, invalid: 0, timedOut: 0, retries: 0, slices: 0, bytes: 0 };
+  private readonly label: string;
+  private readonly local: LocalMemory;
+  private readonly peers: (Peer | undefined)[] = [];
+  /** qpn -> target rank and path index, for completions. */
+  private readonly pathRank = new Int32Array(1024).fill(-1);
+  private readonly pathIndex = new Int16Array(1024);
+  private readonly slices = new SliceTable();
+  /** Peers with queued slices. */
+  private readonly active: Peer[] = [];
+  /** Requests to this rank's own segment: copied by progress (batch, index). */
+  private readonly selfQueue: [Batch, number][] = [];
+  private readonly batches = new Map<number, Batch>();
+  private readonly pool = new Map<number, Batch[]>();
+  /** Batches with open requests (deadline checks). */
+  private readonly openBatches = new Set<Batch>();
+  private nextBatchId = 1;
+  private readonly segments = new Map<number, RemoteSegment>();
+  private readonly segmentIds = new Map<string, number>();
+  private nextSegmentId = 1;
+  /** Open requests waiting for a segment's refreshed descriptor. */
+  private readonly waitingDesc = new Map<RemoteSegment, [Batch, number][]>();
+  private readonly priority: PriorityMatrix;
+  private version = 0;
+  private publishing: Promise<void> = Promise.resolve();
+  private readonly passive: PassiveProgress | undefined;
+  private background = false;
+  private pumping = false;
+  /** The earliest deadline of an open request (Infinity when none). */
+  private earliestDeadline = Infinity;
+  private isClosed = false;
+  private readonly pathDepth: number;
+  private readonly requestTimeoutMs: number;
+
+  private constructor(
+    private readonly group: TransferGroup,
+    options: Required<Pick<TransferEngineOptions, 'name' | 'location' | 'sliceBytes' | 'pathDepth' | 'requestTimeoutMs'>> & { priorityMatrix: PriorityMatrix },
+    names: string[],
+    qps: QueuePair[][],
+    passive: PassiveProgress | undefined,
+  ) {
+    this.label = `rank ${group.rank}`;
+    this.name = options.name;
+    this.segmentNames = Object.freeze([...names]);
+    this.sliceBytes = options.sliceBytes;
+    this.pathDepth = options.pathDepth;
+    this.requestTimeoutMs = options.requestTimeoutMs;
+    this.priority = options.priorityMatrix;
+    this.local = new LocalMemory(group.router.device, this.label);
+    this.passive = passive;
+    for (let p = 0; p < group.size; p++) {
+      const list = qps[p];
+      if (!list || list.length === 0) {
+        this.peers.push(undefined);
+        continue;
+      }
+      this.peers.push(new Peer(p, list));
+      list.forEach((q, k) => {
+        this.pathRank[q.qpn] = p;
+        this.pathIndex[q.qpn] = k;
+      });
+    }
+  }
+
+  /**
+   * Opens this rank's engine: paths toward every other rank, and its (empty) segment
+   * published under `transfer/segment/<name>` in the job's store. Collective: every rank of
+   * `group` calls it, with the same `qpsPerPeer`.
+   */
+  static async open(group: TransferGroup, options: TransferEngineOptions = {}): Promise<TransferEngine> {
+    const where = `rank ${group.rank}: TransferEngine.open`;
+    const o = checkOptions(where, group, options);
+    const epoch = (opens.get(group) ?? 0) + 1;
+    opens.set(group, epoch);
+    const device = group.router.device;
+    const passive = device.provider === 'shm' ? undefined : new PassiveProgress(group.router, `${where}: serving peers' one-sided access`);
+    // The sink exists before the engine does: completions may route as soon as QPs are attached.
+    let engine: TransferEngine | undefined;
+    const early: CompletionSink = { take: (b, i) => engine?.take(b, i) };
+    let paths;
+    try {
+      paths = await connectPaths(group, early, `transfer/open/${epoch}`, o.qpsPerPeer, o.name, options);
+    } catch (err) {
+      passive?.stop();
+      throw err;
+    }
+    const dup = paths.names.findIndex((n, r) => paths.names.indexOf(n) !== r);
+    if (dup >= 0) {
+      for (const list of paths.qps) for (const q of list) closePath(group.router, early, q);
+      passive?.stop();
+      throw new WeftError('EINVAL', `${where}: ranks ${paths.names.indexOf(paths.names[dup])} and ${dup} both named their segment '${paths.names[dup]}'; segment names must be unique in the job (the default is <hostname>:<rank>)`);
+    }
+    engine = new TransferEngine(group, o, paths.names, paths.qps, passive);
+    // Completions route to `early`, which forwards to the engine: detach and re-attach the engine itself (no indirection per completion).
+    for (const list of paths.qps) {
+      for (const q of list) {
+        group.router.detach(q.qpn, early);
+        group.router.attach(q.qpn, engine);
+      }
+    }
+    try {
+      await engine.publish();
+    } catch (err) {
+      await engine.close().catch(() => {});
+      throw err;
+    }
+    return engine;
+  }
+
+  // ---------------------------------------------------------------- memory
+
+  /**
+   * Registers `view` (a `ctx.alloc` array or a view of one; on the fabric any array) as a
+   * buffer of this rank's segment and publishes the updated descriptor. Resolves to the
+   * buffer's address in the segment (`addr`). Peers that cached the descriptor see the new
+   * buffer when a request misses their copy.
+   */
+  async registerLocalMemory(view: ArrayBufferView, location = 'cpu:0'): Promise<number> {
+    this.checkOpen('registerLocalMemory');
+    const buf = this.local.register(view, location);
+    if (!this.priority[location]) this.priority[location] = [[DEVICE_NAME], []];
+    try {
+      await this.publish();
+    } catch (err) {
+      this.local.unregister(buf);
+      throw err;
+    }
+    return buf.addr;
+  }
+
+  /**
+   * Removes the registered buffer that `view` starts and publishes the descriptor without it;
+   * refused (EINVAL) while requests of this engine use it as their source. Peers' later
+   * accesses to it fail (their requests are FAILED), except on libfabric's tcp, which does not
+   * report remote access errors (docs/transfer.md).
+   */
+  async unregisterLocalMemory(view: ArrayBufferView): Promise<void> {
+    this.checkOpen('unregisterLocalMemory');
+    const buf = this.local.registered(view);
+    if (!buf) throw new WeftError('EINVAL', `${this.label}: unregisterLocalMemory: no registered buffer starts where this ${describeValue(view)} starts; pass the view you registered`);
+    if (buf.inflight > 0) throw new WeftError('EINVAL', `${this.label}: unregisterLocalMemory: ${buf.inflight} request(s) in flight use the buffer at addr ${buf.addr} as their source; wait for their batches first`);
+    this.local.unregister(buf);
+    await this.publish();
+  }
+
+  /** This rank's segment descriptor as published. */
+  get descriptor(): SegmentDesc {
+    const dev = this.group.router.device;
+    return {
+      protocol: SEGMENT_PROTOCOL,
+      name: this.name,
+      rank: this.group.rank,
+      host: this.group.hosts.ranks[this.group.rank]?.hostName ?? hostname(),
+      version: this.version,
+      devices: [{ name: DEVICE_NAME, provider: dev.providerName, lid: 0, gid: this.group.hosts.ranks[this.group.rank]?.hostId ?? '' }],
+      priority_matrix: structuredClone(this.priority),
+      buffers: this.local.all.map((b) => ({ name: b.location, addr: b.addr, length: b.bytes.byteLength, rkey: [rkeyHex(b.mr.descriptor())], offset: 0 })),
+    };
+  }
+
+  /** Writes the descriptor to the store (updates go out in order; the last one wins). */
+  private publish(): Promise<void> {
+    this.version++;
+    const key = segmentKey(this.name);
+    const bytes = encodeSegmentDesc(this.descriptor);
+    const store = this.group.store;
+    const next = this.publishing.then(() => store.set(key, bytes));
+    this.publishing = next.catch(() => {});
+    return next;
+  }
+
+  // ---------------------------------------------------------------- segments
+
+  /**
+   * Opens the segment called `name` (a rank's engine name; `segmentNames` lists them) and
+   * resolves to its id; the same id every time until closeSegment. Reads its descriptor from
+   * the store (waiting for it up to the timeout).
+   */
+  async openSegment(name: string, options: WaitOptions = {}): Promise<SegmentID> {
+    this.checkOpen('openSegment');
+    const where = `${this.label}: openSegment('${name}')`;
+    if (typeof name !== 'string') throw new WeftError('EINVAL', `${where}: name must be a string, got ${describeValue(name)}`);
+    const known = this.segmentIds.get(name);
+    if (known !== undefined) return known;
+    const rank = this.segmentNames.indexOf(name);
+    if (rank < 0) throw new WeftError('EINVAL', `${where}: no rank of this job opened a segment by that name (they are: ${this.segmentNames.join(', ')})`);
+    const id = this.nextSegmentId++;
+    if (rank === this.group.rank) {
+      this.segmentIds.set(name, id);
+      this.segments.set(id, new RemoteSegment(id, name, rank, this.descriptor));
+      return id;
+    }
+    const desc = await this.readDesc(name, rank, options);
+    const again = this.segmentIds.get(name);
+    if (again !== undefined) return again;
+    this.segmentIds.set(name, id);
+    this.segments.set(id, new RemoteSegment(id, name, rank, desc));
+    return id;
+  }
+
+  /** The segment's descriptor as this engine last read it (this rank's own: as published). */
+  getSegmentDesc(id: SegmentID): SegmentDesc {
+    const seg = this.segments.get(id);
+    if (!seg) throw new WeftError('EINVAL', `${this.label}: getSegmentDesc: segment id ${id} is not open`);
+    return seg.rank === this.group.rank ? this.descriptor : structuredClone(seg.desc);
+  }
+
+  /** Forgets an open segment; refused while open requests target it. */
+  closeSegment(id: SegmentID): void {
+    const seg = this.segments.get(id);
+    if (!seg) throw new WeftError('EINVAL', `${this.label}: closeSegment: segment id ${id} is not open`);
+    for (const b of this.openBatches) {
+      for (let i = 0; i < b.count; i++) {
+        if (b.open(i) && b.segment[i] === seg) throw new WeftError('EINVAL', `${this.label}: closeSegment: batch ${b.id} still has requests to segment '${seg.name}' in flight; wait for it first`);
+      }
+    }
+    this.segments.delete(id);
+    this.segmentIds.delete(seg.name);
+  }
+
+  private async readDesc(name: string, rank: number, options: WaitOptions): Promise<SegmentDesc> {
+    const key = segmentKey(name);
+    let bytes: Uint8Array;
+    try {
+      bytes = await this.group.store.get(key, options);
+    } catch (err) {
+      if ((err as WeftError).code === 'ETIMEDOUT') throw new WeftError('ETIMEDOUT', `${this.label}: openSegment('${name}'): rank ${rank} has not published its segment descriptor under '${key}' (closed its engine?)`, { cause: err });
+      throw err;
+    }
+    const desc = decodeSegmentDesc(bytes, key);
+    if (desc.rank !== rank || desc.name !== name) throw new WeftError('EPROTO', `${this.label}: the descriptor under '${key}' says segment '${desc.name}' of rank ${desc.rank}, but rank ${rank} opened it; is another job using this store prefix?`);
+    return desc;
+  }
+
+  /** Re-reads a segment's descriptor for the requests that missed the cached copy. */
+  private refresh(seg: RemoteSegment): void {
+    if (seg.refreshing) return;
+    seg.refreshing = (async () => {
+      let err: unknown;
+      try {
+        seg.update(await this.readDesc(seg.name, seg.rank, { timeoutMs: Math.min(this.requestTimeoutMs, 10_000) }));
+      } catch (e) {
+        err = e;
+      }
+      seg.refreshing = undefined;
+      const waiting = this.waitingDesc.get(seg) ?? [];
+      this.waitingDesc.delete(seg);
+      if (this.isClosed) return;
+      for (const [b, i] of waiting) {
+        if (b.status[i] !== Task.PENDING) continue;
+        const buf = seg.find(b.targetAddr[i], b.length[i]);
+        if (buf) this.start(b, i, seg, buf);
+        else this.settle(b, i, Task.INVALID, err ? `segment '${seg.name}': its descriptor could not be re-read: ${(err as Error).message}` : this.notInSegment(seg, b.targetAddr[i], b.length[i]));
+      }
+      // Waiters whose batches just settled here must be looked at again.
+      this.group.router.kick();
+      this.kickProgress();
+    })();
+  }
+
+  private notInSegment(seg: RemoteSegment, addr: number, len: number): string {
+    const list = seg.buffers.slice(0, 4).map((b) => `[${b.addr}, ${b.addr + b.length})`).join(', ');
+    return `target [${addr}, ${addr + len}) is not inside one buffer of segment '${seg.name}' (rank ${seg.rank}, ${seg.buffers.length} buffer(s)${list ? `: ${list}${seg.buffers.length > 4 ? ', ...' : ''}` : ''})`;
+  }
+
+  // ---------------------------------------------------------------- batches
+
+  /** A batch that holds up to `batchSize` requests. */
+  allocateBatchID(batchSize: number, options: BatchOptions = {}): BatchID {
+    this.checkOpen('allocateBatchID');
+    if (!Number.isInteger(batchSize) || batchSize < 1 || batchSize > 1 << 20) throw new WeftError('EINVAL', `${this.label}: allocateBatchID: batchSize must be an integer in [1, 2^20], got ${batchSize}`);
+    const timeoutMs = options.timeoutMs ?? this.requestTimeoutMs;
+    if (typeof timeoutMs !== 'number' || !(timeoutMs > 0)) throw new WeftError('EINVAL', `${this.label}: allocateBatchID: timeoutMs must be a positive number, got ${String(timeoutMs)}`);
+    const b = this.pool.get(batchSize)?.pop() ?? new Batch(batchSize);
+    const id = this.nextBatchId++;
+    b.reset(id, timeoutMs);
+    this.batches.set(id, b);
+    return id;
+  }
+
+  /**
+   * Frees a batch; refused (EINVAL) while any of its requests is PENDING or WAITING. After it,
+   * the id is unknown to every call.
+   */
+  freeBatchID(batch: BatchID): void {
+    const b = this.batchOf(batch, 'freeBatchID');
+    if (b.unsettled > 0) throw new WeftError('EINVAL', `${this.label}: freeBatchID: batch ${batch} has ${b.unsettled} request(s) not done (WAITING or PENDING); wait for it (waitBatch) first`);
+    this.batches.delete(batch);
+    b.freed = true;
+    // A batch whose TIMEOUT or FAILED requests still have slices in the NIC is dropped, not reused.
+    if (b.flyingTotal > 0) return;
+    let list = this.pool.get(b.capacity);
+    if (!list) this.pool.set(b.capacity, (list = []));
+    if (list.length < POOL_PER_CAPACITY) list.push(b);
+  }
+
+  /**
+   * Adds requests to a batch and returns at once: they are checked and queued here, and move
+   * as progress runs (getTransferStatus, waitBatch, or the event loop when idle). A request
+   * that fails its checks is INVALID with the reason; the call throws only for a bad batch or
+   * more requests than the batch holds.
+   */
+  submitTransfer(batch: BatchID, entries: readonly TransferRequest[]): void {
+    const b = this.batchOf(batch, 'submitTransfer');
+    if (!Array.isArray(entries)) throw new WeftError('EINVAL', `${this.label}: submitTransfer: entries must be an array of requests, got ${describeValue(entries)}`);
+    if (b.count + entries.length > b.capacity) throw new WeftError('EINVAL', `${this.label}: submitTransfer: batch ${batch} holds ${b.capacity} request(s), ${b.count} submitted already, ${entries.length} more given`);
+    const now = performance.now();
+    for (let k = 0; k < entries.length; k++) {
+      const i = b.count++;
+      b.status[i] = Task.PENDING;
+      b.unsettled++;
+      b.transferred[i] = 0;
+      b.deadline[i] = now + b.timeoutMs;
+      if (b.deadline[i] < this.earliestDeadline) this.earliestDeadline = b.deadline[i];
+      b.left[i] = 0;
+      b.flying[i] = 0;
+      b.released[i] = 1;
+      this.stats.submitted++;
+      this.accept(b, i, entries[k]);
+    }
+    if (b.unsettled > 0) this.openBatches.add(b);
+    this.kickProgress();
+  }
+
+  /** Checks request `r` as entry i of b; queues it, or settles it INVALID. */
+  private accept(b: Batch, i: number, r: TransferRequest): void {
+    if (typeof r !== 'object' || r === null) return this.settle(b, i, Task.INVALID, `the request is ${describeValue(r)}, not { opcode, source, targetId, targetOffset, length }`);
+    const op = r.opcode === 'READ' ? OP_READ : r.opcode === 'WRITE' ? OP_WRITE : -1;
+    if (op < 0) return this.settle(b, i, Task.INVALID, `opcode must be 'READ' or 'WRITE', got ${typeof r.opcode === 'string' ? JSON.stringify(r.opcode) : describeValue(r.opcode)}`);
+    const src = r.source;
+    if (!ArrayBuffer.isView(src)) return this.settle(b, i, Task.INVALID, `source must be a typed array or DataView inside registered memory, got ${describeValue(src)}`);
+    const len = r.length ?? src.byteLength;
+    if (!Number.isSafeInteger(len) || len < 0 || len > src.byteLength) return this.settle(b, i, Task.INVALID, `length must be an integer in [0, ${src.byteLength}] (the source view's byteLength), got ${String(len)}`);
+    const seg = this.segments.get(r.targetId);
+    if (seg === undefined) return this.settle(b, i, Task.INVALID, `targetId ${String(r.targetId)} is not an open segment (openSegment gives the ids)`);
+    const addr = r.targetOffset;
+    if (!Number.isSafeInteger(addr) || addr < 0) return this.settle(b, i, Task.INVALID, `targetOffset must be a non-negative safe integer (a buffer's addr plus an offset), got ${String(addr)}`);
+    const lbuf = this.local.find(src.buffer, src.byteOffset, len);
+    if (lbuf === undefined) return this.settle(b, i, Task.INVALID, `source bytes [${src.byteOffset}, ${src.byteOffset + len}) of this ${describeValue(src)}'s memory are not inside one buffer registered with registerLocalMemory`);
+    b.op[i] = op;
+    b.length[i] = len;
+    b.localOff[i] = src.byteOffset - lbuf.start;
+    b.targetAddr[i] = addr;
+    b.local[i] = lbuf;
+    b.segment[i] = seg;
+    b.released[i] = 0;
+    lbuf.inflight++;
+    if (len === 0) return this.settle(b, i, Task.COMPLETED, undefined);
+    if (seg.rank === this.group.rank) {
+      const t = this.local.findAddress(addr, len);
+      if (t === undefined) return this.settle(b, i, Task.INVALID, this.notInSegment(new RemoteSegment(0, this.name, seg.rank, this.descriptor), addr, len));
+      b.selfTarget[i] = t;
+      this.selfQueue.push([b, i]);
+      return;
+    }
+    const rbuf = seg.find(addr, len);
+    if (rbuf !== undefined) return this.start(b, i, seg, rbuf);
+    // Not in the cached copy: the owner may have registered it since. Re-read once.
+    let list = this.waitingDesc.get(seg);
+    if (!list) this.waitingDesc.set(seg, (list = []));
+    list.push([b, i]);
+    this.refresh(seg);
+  }
+
+  /** Cuts request i into slices and queues them toward its segment's rank. */
+  private start(b: Batch, i: number, seg: RemoteSegment, rbuf: RemoteBuffer): void {
+    const peer = this.peers[seg.rank];
+    if (peer === undefined) return this.settle(b, i, Task.INVALID, `segment '${seg.name}' belongs to rank ${seg.rank}, toward which this engine has no path`);
+    b.remote[i] = rbuf;
+    b.remoteOff[i] = rbuf.offset + (b.targetAddr[i] - rbuf.addr);
+    const len = b.length[i];
+    const sb = this.sliceBytes;
+    const n = Math.ceil(len / sb);
+    b.left[i] = n;
+    for (let off = 0; off < len; off += sb) peer.queue.push(this.slices.alloc(b, i, off, Math.min(sb, len - off)));
+    if (!peer.listed) {
+      peer.listed = true;
+      this.active.push(peer);
+    }
+  }
+
+  /** Settles request i (not WAITING/PENDING afterwards); lets go of its source once no slice flies. */
+  private settle(b: Batch, i: number, status: number, reason: string | undefined): void {
+    if (!b.open(i)) return;
+    b.status[i] = status;
+    b.reason[i] = reason;
+    b.unsettled--;
+    const st = this.stats;
+    if (status === Task.COMPLETED) {
+      st.completed++;
+      b.transferred[i] = b.length[i];
+    } else if (status === Task.FAILED) st.failed++;
+    else if (status === Task.INVALID) st.invalid++;
+    else if (status === Task.TIMEOUT) st.timedOut++;
+    if (b.flying[i] === 0) this.release(b, i);
+    if (b.unsettled === 0) this.openBatches.delete(b);
+  }
+
+  private release(b: Batch, i: number): void {
+    if (b.released[i] === 1) return;
+    b.released[i] = 1;
+    const l = b.local[i];
+    if (l) l.inflight--;
+  }
+
+  /**
+   * The state of every request of the batch, in submit order (the note's getTransferStatus).
+   * Drives progress first. Pass `out` to reuse its objects (no allocation once it is long enough).
+   */
+  getTransferStatus(batch: BatchID, out: TransferStatus[] = []): TransferStatus[] {
+    const b = this.batchOf(batch, 'getTransferStatus');
+    this.pump();
+    out.length = b.count;
+    for (let i = 0; i < b.count; i++) {
+      const e = (out[i] ??= { status: 'PENDING', transferred: 0 });
+      e.status = TASK_STATUS[b.status[i]];
+      e.transferred = b.transferred[i];
+      if (b.reason[i] !== undefined) e.reason = b.reason[i];
+      else delete e.reason;
+    }
+    return out;
+  }
+
+  /**
+   * Resolves when no request of the batch is PENDING or WAITING, to how many did not complete
+   * (0: all COMPLETED; read getTransferStatus for why the others did not). Rejects with
+   * ETIMEDOUT / EABORTED (the requests keep their own timeout) or ECLOSED.
+   */
+  waitBatch(batch: BatchID, options: WaitOptions = {}): Promise<number> {
+    let b: Batch;
+    try {
+      b = this.batchOf(batch, 'waitBatch');
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    const ready = () => {
+      if (this.isClosed) throw new WeftError('ECLOSED', `${this.label}: waitBatch(${batch}): the engine was closed`);
+      this.pump();
+      return b.unsettled === 0;
+    };
+    return this.group.router.waitAsync(ready, { deadline: new Deadline(options.timeoutMs, options.signal), what: `${this.label}: waitBatch(${batch})` }).then(() => this.notCompleted(b));
+  }
+
+  /** waitBatch that blocks the thread (busy-polls, then sleeps through the one waiting loop); lowest latency. */
+  waitBatchSync(batch: BatchID, options: WaitOptions = {}): number {
+    const b = this.batchOf(batch, 'waitBatchSync');
+    const ready = () => {
+      this.pump();
+      return b.unsettled === 0;
+    };
+    this.group.router.waitSync(ready, { deadline: new Deadline(options.timeoutMs, options.signal), what: `${this.label}: waitBatchSync(${batch})` });
+    return this.notCompleted(b);
+  }
+
+  private notCompleted(b: Batch): number {
+    let n = 0;
+    for (let i = 0; i < b.count; i++) if (b.status[i] !== Task.COMPLETED) n++;
+    return n;
+  }
+
+  private batchOf(batch: BatchID, what: string): Batch {
+    this.checkOpen(what);
+    const b = this.batches.get(batch);
+    if (b === undefined) throw new WeftError('EINVAL', `${this.label}: ${what}: batch ${String(batch)} is not allocated (freed already, or not from allocateBatchID of this engine)`);
+    return b;
+  }
+
+  // ---------------------------------------------------------------- progress
+
+  /** Posts queued slices, runs own-segment copies and polls, until nothing moves (bounded). */
+  private pump(): void {
+    if (this.pumping || this.isClosed) return;
+    this.pumping = true;
+    try {
+      const router = this.group.router;
+      for (let round = 0; round < PUMP_ROUNDS; round++) {
+        let moved = this.active.length > 0 ? this.postQueued() : 0;
+        if (this.selfQueue.length > 0) moved += this.copySelf();
+        moved += router.poll();
+        if (moved === 0) break;
+      }
+      if (this.earliestDeadline !== Infinity) {
+        const now = performance.now();
+        if (now >= this.earliestDeadline) this.checkDeadlines(now);
+      }
+    } finally {
+      this.pumping = false;
+    }
+  }
+
+  /** Posts from each active peer's queue while its paths have room; returns how many. */
+  private postQueued(): number {
+    const act = this.active;
+    const sl = this.slices;
+    const depth = this.pathDepth;
+    let posted = 0;
+    for (let a = 0; a < act.length; a++) {
+      const peer = act[a];
+      const q = peer.queue;
+      const nPaths = peer.qps.length;
+      while (q.size > 0) {
+        const s = q.peek();
+        const b = sl.batch[s] as Batch;
+        const i = sl.idx[s];
+        if (!b.open(i)) {
+          // Its request settled (TIMEOUT, FAILED): the slice is dropped.
+          q.shift();
+          sl.release(s);
+          continue;
+        }
+        let k = -1;
+        for (let t = 0; t < nPaths; t++) {
+          const c = (peer.next + t) % nPaths;
+          if (peer.dead[c] === 0 && peer.inflight[c] < depth) {
+            k = c;
+            break;
+          }
+        }
+        if (k < 0) {
+          if (!peer.alive()) {
+            q.shift();
+            sl.release(s);
+            this.settle(b, i, Task.FAILED, this.deadReason(peer));
+            continue;
+          }
+          break;
+        }
+        q.shift();
+        peer.next = k + 1 === nPaths ? 0 : k + 1;
+        this.post(peer, k, s, b, i);
+        posted++;
+      }
+      if (q.size === 0) {
+        peer.listed = false;
+        act.splice(a--, 1);
+      }
+    }
+    return posted;
+  }
+
+  private post(peer: Peer, k: number, s: number, b: Batch, i: number): void {
+    const sl = this.slices;
+    const qp = peer.qps[k];
+    let region;
+    try {
+      region = (b.remote[i] as RemoteBuffer).region(k, qp);
+    } catch (err) {
+      sl.release(s);
+      this.settle(b, i, Task.FAILED, `rank ${peer.rank}'s key for the target buffer does not import: ${(err as Error).message}`);
+      return;
+    }
+    const off = sl.off[s];
+    const len = sl.len[s];
+    const mr = (b.local[i] as LocalBuffer).mr;
+    sl.path[s] = k;
+    sl.tries[s]++;
+    peer.inflight[k]++;
+    b.flying[i]++;
+    b.flyingTotal++;
+    if (b.status[i] === Task.PENDING) b.status[i] = Task.WAITING;
+    this.stats.slices++;
+    try {
+      if (b.op[i] === OP_READ) qp.postRead(mr, b.localOff[i] + off, region, b.remoteOff[i] + off, len, s, true);
+      else qp.postWrite(mr, b.localOff[i] + off, region, b.remoteOff[i] + off, len, s, true);
+    } catch (err) {
+      // A post that throws (the QP is gone) completes nothing: undo, and try another path.
+      peer.inflight[k]--;
+      b.flying[i]--;
+      b.flyingTotal--;
+      peer.dead[k] = 1;
+      this.retryOrFail(peer, s, b, i, (err as Error).message);
+    }
+  }
+
+  /** Own-segment requests: one copy each, here (there is no QP to this rank). */
+  private copySelf(): number {
+    const q = this.selfQueue;
+    let n = 0;
+    while (q.length > 0 && n < 64) {
+      const [b, i] = q.shift() as [Batch, number];
+      n++;
+      if (!b.open(i)) continue;
+      const l = b.local[i] as LocalBuffer;
+      const t = b.selfTarget[i] as LocalBuffer;
+      if (!this.local.all.includes(t)) {
+        this.settle(b, i, Task.FAILED, 'the target buffer of this rank was unregistered before the copy ran');
+        continue;
+      }
+      const toff = b.targetAddr[i] - t.addr;
+      const len = b.length[i];
+      if (b.op[i] === OP_READ) copyInto(l.bytes, b.localOff[i], t.bytes, toff, len);
+      else copyInto(t.bytes, toff, l.bytes, b.localOff[i], len);
+      this.stats.bytes += len;
+      this.settle(b, i, Task.COMPLETED, undefined);
+    }
+    return n;
+  }
+
+  /** A completion of one of the engine's QPs (CompletionSink). */
+  take(cb: CompletionBatch, e: number): void {
+    const qpn = cb.qpn[e];
+    const rank = this.pathRank[qpn];
+    if (rank < 0) return;
+    const peer = this.peers[rank] as Peer;
+    const k = this.pathIndex[qpn];
+    if (cb.opcode[e] === Opcode.QP_EVENT) {
+      peer.dead[k] = 1;
+      if (!peer.alive()) this.kickProgress();
+      return;
+    }
+    const sl = this.slices;
+    const s = cb.wrId[e];
+    const b = sl.batch[s];
+    if (b === undefined) return;
+    const i = sl.idx[s];
+    peer.inflight[k]--;
+    b.flying[i]--;
+    b.flyingTotal--;
+    if (cb.status[e] === Status.SUCCESS) {
+      const len = sl.len[s];
+      sl.release(s);
+      if (b.open(i)) {
+        b.transferred[i] += len;
+        this.stats.bytes += len;
+        if (--b.left[i] === 0) this.settle(b, i, Task.COMPLETED, undefined);
+      } else if (b.flying[i] === 0) this.release(b, i);
+      return;
+    }
+    const err = cb.errors[e];
+    if (!b.open(i)) {
+      sl.release(s);
+      if (b.flying[i] === 0) this.release(b, i);
+      return;
+    }
+    if (cb.status[e] === Status.REMOTE_ACCESS) {
+      sl.release(s);
+      this.settle(b, i, Task.FAILED, `rank ${rank} refused the access (the target buffer is no longer registered there, or its key is stale): ${err?.message ?? 'remote access error'}`);
+      return;
+    }
+    if (peer.qps[k].state !== 'ready') peer.dead[k] = 1;
+    this.retryOrFail(peer, s, b, i, err?.message ?? `status ${cb.status[e]}`);
+  }
+
+  /** Queues slice s again on another path toward `peer`, or fails its request when none is left. */
+  private retryOrFail(peer: Peer, s: number, b: Batch, i: number, why: string): void {
+    const sl = this.slices;
+    if (peer.alive() && sl.tries[s] < peer.qps.length) {
+      this.stats.retries++;
+      peer.queue.unshift(s);
+      if (!peer.listed) {
+        peer.listed = true;
+        this.active.push(peer);
+      }
+      this.kickProgress();
+      return;
+    }
+    sl.release(s);
+    this.settle(b, i, Task.FAILED, `slice of ${sl.len[s]} bytes at +${sl.off[s]} failed on ${sl.tries[s]} path(s) toward rank ${peer.rank}: ${why}`);
+  }
+
+  private deadReason(peer: Peer): string {
+    const err = peer.qps.find((q) => q.error)?.error;
+    return `every path toward rank ${peer.rank} failed${err ? `: ${err.message}` : ''}`;
+  }
+
+  /** Requests past their deadline become TIMEOUT; finds the next deadline. */
+  private checkDeadlines(now: number): void {
+    let earliest = Infinity;
+    for (const b of this.openBatches) {
+      for (let i = 0; i < b.count; i++) {
+        if (!b.open(i)) continue;
+        if (now < b.deadline[i]) {
+          if (b.deadline[i] < earliest) earliest = b.deadline[i];
+          continue;
+        }
+        const seg = b.segment[i];
+        this.settle(b, i, Task.TIMEOUT, `not done within ${b.timeoutMs} ms (${b.transferred[i]} of ${b.length[i]} bytes moved) toward ${seg ? `segment '${seg.name}' of rank ${seg.rank}` : 'its target'}; raise the batch's timeoutMs if the target is just slow, else check that it is alive`);
+      }
+    }
+    this.earliestDeadline = earliest;
+  }
+
+  /** Makes sure progress runs while requests are open: one waiter in the router's shared loop. */
+  private kickProgress(): void {
+    if (this.background || this.isClosed) return;
+    if (this.openBatches.size === 0 && this.slices.live === 0) return;
+    this.background = true;
+    // Deferred: submitTransfer returns before any copy runs.
+    queueMicrotask(() => {
+      if (this.isClosed) {
+        this.background = false;
+        return;
+      }
+      // Until the earliest request deadline at most: the loop then wakes to time it out.
+      const ms = Math.min(60_000, Math.max(1, this.earliestDeadline - performance.now() + 1));
+      this.group.router.waitAsync(this.idle, { deadline: new Deadline(ms), what: `${this.label}: transfer progress` }).then(
+        () => {
+          this.background = false;
+          this.kickProgress();
+        },
+        () => {
+          this.background = false;
+          this.kickProgress();
+        },
+      );
+    });
+  }
+
+  private readonly idle = (): boolean => {
+    this.pump();
+    return this.isClosed || (this.openBatches.size === 0 && this.slices.live === 0);
+  };
+
+  // ---------------------------------------------------------------- close
+
+  /** True after close(). */
+  get closed(): boolean {
+    return this.isClosed;
+  }
+
+  private checkOpen(what: string): void {
+    if (this.isClosed) throw new WeftError('ECLOSED', `${this.label}: ${what}: the transfer engine is closed`);
+  }
+
+  /**
+   * Closes the engine: open requests are FAILED, waits rejected, its paths closed, its
+   * buffers unregistered and its descriptor removed from the store. Not collective; peers'
+   * requests to this segment fail from then on.
+   */
+  async close(): Promise<void> {
+    if (this.isClosed) return;
+    for (const b of this.openBatches) for (let i = 0; i < b.count; i++) this.settle(b, i, Task.FAILED, 'the transfer engine was closed');
+    this.isClosed = true;
+    const router = this.group.router;
+    router.kick();
+    for (const peer of this.peers) if (peer) for (const q of peer.qps) closePath(router, this, q);
+    this.passive?.stop();
+    this.local.clear();
+    await this.publishing;
+    await this.group.store.delete(segmentKey(this.name)).catch(() => false);
+  }
+}
+
+function checkOptions(where: string, group: TransferGroup, o: TransferEngineOptions) {
+  const bad = (what: string): never => {
+    throw new WeftError('EINVAL', `${where}: ${what}`);
+  };
+  const name = o.name ?? `${group.hosts.ranks[group.rank]?.hostName ?? hostname()}:${group.rank}`;
+  if (typeof name !== 'string' || name.length === 0 || name.length > 200 || /[\s/]/.test(name)) bad(`name must be 1 to 200 characters without spaces or '/', got ${JSON.stringify(name)}`);
+  const location = o.location ?? 'cpu:0';
+  if (typeof location !== 'string' || location.length === 0 || location.length > 64) bad(`location must be a short string such as 'cpu:0', got ${describeValue(location)}`);
+  const int = (v: unknown, def: number, min: number, max: number, what: string): number => {
+    const n = v ?? def;
+    return Number.isInteger(n) && (n as number) >= min && (n as number) <= max ? (n as number) : bad(`${what} must be an integer in [${min}, ${max}], got ${String(v)}`);
+  };
+  const qpsPerPeer = int(o.qpsPerPeer, 2, 1, 16, 'qpsPerPeer');
+  const sliceBytes = int(o.sliceBytes, 64 << 10, 1024, MAX_SLICE, 'sliceBytes');
+  const pathDepth = int(o.pathDepth, 16, 1, 1024, 'pathDepth');
+  const requestTimeoutMs = o.requestTimeoutMs ?? defaultTimeoutMs();
+  if (typeof requestTimeoutMs !== 'number' || !(requestTimeoutMs > 0)) bad(`requestTimeoutMs must be a positive number, got ${String(o.requestTimeoutMs)}`);
+  let priorityMatrix: PriorityMatrix = { [location]: [[DEVICE_NAME], []] };
+  if (o.priorityMatrix !== undefined) {
+    const pm = o.priorityMatrix;
+    if (typeof pm !== 'object' || pm === null) bad('priorityMatrix must be an object: location -> [preferred devices, other devices]');
+    for (const [loc, e] of Object.entries(pm)) {
+      if (!Array.isArray(e) || e.length !== 2 || !e.every((l) => Array.isArray(l) && l.every((n) => n === DEVICE_NAME))) bad(`priorityMatrix['${loc}'] must be [preferred, other] lists of device names; this process has one device, '${DEVICE_NAME}'`);
+    }
+    priorityMatrix = structuredClone(pm);
+    if (!priorityMatrix[location]) priorityMatrix[location] = [[DEVICE_NAME], []];
+  }
+  return { name, location, qpsPerPeer, sliceBytes, pathDepth, requestTimeoutMs, priorityMatrix };
+}

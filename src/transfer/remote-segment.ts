@@ -1,0 +1,73 @@
+/**
+ * A segment opened by `openSegment`: the owner's descriptor as last read from the store, its
+ * buffers sorted by address for an O(log n) lookup per request, and each buffer's NIC region
+ * imported lazily, once per path (QP) that carries a slice to it.
+ */
+import type { QueuePair, RemoteRegion } from '../nic/types.js';
+import { rkeyBytes, type SegmentDesc } from './segment-desc.js';
+
+export class RemoteBuffer {
+  /** regions[path]: the buffer's region as imported on that path's QP. */
+  readonly regions: (RemoteRegion | undefined)[] = [];
+  private readonly key: Uint8Array;
+  constructor(
+    readonly addr: number,
+    readonly length: number,
+    /** Start of the buffer inside its region. */
+    readonly offset: number,
+    readonly rkey: string,
+  ) {
+    this.key = rkeyBytes(rkey);
+  }
+
+  /** The region on path `p` (imported on first use; throws EPROTO for a malformed key). */
+  region(p: number, qp: QueuePair): RemoteRegion {
+    return (this.regions[p] ??= qp.importRegion(this.key));
+  }
+
+  same(addr: number, length: number, offset: number, rkey: string): boolean {
+    return this.addr === addr && this.length === length && this.offset === offset && this.rkey === rkey;
+  }
+}
+
+export class RemoteSegment {
+  buffers: RemoteBuffer[] = [];
+  desc!: SegmentDesc;
+  /** A refresh from the store under way (requests that missed the cache wait for it). */
+  refreshing: Promise<void> | undefined;
+  /** performance.now() of the last refresh. */
+  refreshedAt = 0;
+
+  constructor(
+    readonly id: number,
+    readonly name: string,
+    readonly rank: number,
+    desc: SegmentDesc,
+  ) {
+    this.update(desc);
+  }
+
+  /** Takes a newer descriptor, keeping the imported regions of buffers that did not change. */
+  update(desc: SegmentDesc): void {
+    if (this.desc && desc.version < this.desc.version) return;
+    const old = this.buffers;
+    this.desc = desc;
+    this.buffers = desc.buffers.map((b) => old.find((o) => o.same(b.addr, b.length, b.offset, b.rkey[0])) ?? new RemoteBuffer(b.addr, b.length, b.offset, b.rkey[0]));
+    this.refreshedAt = performance.now();
+  }
+
+  /** The buffer holding `[addr, addr + length)`, or undefined. */
+  find(addr: number, length: number): RemoteBuffer | undefined {
+    const bs = this.buffers;
+    let lo = 0;
+    let hi = bs.length - 1;
+    while (lo <= hi) {
+      const mid = (lo + hi) >> 1;
+      const b = bs[mid];
+      if (addr < b.addr) hi = mid - 1;
+      else if (addr >= b.addr + b.length) lo = mid + 1;
+      else return addr + length <= b.addr + b.length ? b : undefined;
+    }
+    return undefined;
+  }
+}

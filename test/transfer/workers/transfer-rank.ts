@@ -1,0 +1,330 @@
+/**
+ * A rank of the transfer-engine tests (under `weft run -n 3` or launch()). Scenarios:
+ *
+ * - `random`: every rank moves random batches of READ and WRITE (1 B to 8 MiB, unaligned
+ *   offsets, 3 batches in flight, to every segment including its own) and checks each byte:
+ *   READs against the target's known pattern, WRITEs by reading every written area back at the
+ *   end against a shadow copy. Prints `ok rank R: {json}`.
+ * - `misuse`: the descriptor in the store, INVALID requests, refusals while in flight, a
+ *   buffer registered after the peer cached the descriptor, a broken path retried on another.
+ * - `kill`: rank 0 streams WRITEs to rank 1, which the test SIGKILLs; rank 0 prints how long
+ *   after the kill its requests were FAILED, and why.
+ */
+import { init } from '../../../src/index.js';
+import { segmentKey, type TransferStatus } from '../../../src/transfer/index.js';
+import type { TransferEngine } from '../../../src/transfer/engine.js';
+import { prng, randomPool } from '../../../harness/data.js';
+
+const scenario = process.argv[2];
+const ctx = await init({ timeoutMs: 60_000 });
+const { rank, size } = ctx;
+const soak = process.env.WEFT_SOAK === '1';
+const MiB = 1 << 20;
+const fail = (msg: string): never => {
+  throw new Error(`rank ${rank} (${scenario}): ${msg}`);
+};
+
+/** Byte x of rank t's read-only pattern. */
+const POOL = randomPool(4 * MiB + 4096, 77);
+const pattern = (t: number, x: number) => POOL[(x + t * 4099) % (4 * MiB)];
+
+async function random(): Promise<unknown> {
+  const SLOTS = 3;
+  const R = 8 * MiB + 4096; // read-only area
+  const W = 8 * MiB + 4096; // one write area per (initiator, slot)
+  const L = 16 * MiB + 8192; // staging per slot
+  const engine = await ctx.transfer({ sliceBytes: 64 << 10, qpsPerPeer: 2 });
+  const target = ctx.alloc(Uint8Array, R + size * SLOTS * W);
+  for (let x = 0; x < R; x++) target[x] = pattern(rank, x);
+  // The target is registered as two buffers (read-only area, write areas) from one array.
+  const rAddr = await engine.registerLocalMemory(target.subarray(0, R));
+  const wAddr = await engine.registerLocalMemory(target.subarray(R));
+  if (wAddr - rAddr !== R) fail(`two views of one array got addresses ${rAddr} and ${wAddr}, not ${R} apart`);
+  const staging = ctx.alloc(Uint8Array, SLOTS * L);
+  await engine.registerLocalMemory(staging);
+  await ctx.barrier();
+  const segs: number[] = [];
+  const bases: { r: number; w: number }[] = [];
+  for (let t = 0; t < size; t++) {
+    const id = await engine.openSegment(engine.segmentNames[t]);
+    segs.push(id);
+    const d = engine.getSegmentDesc(id);
+    // Sorted by address: the two views of the target array, then the staging array.
+    if (d.buffers.length !== 3 || d.buffers[1].addr !== d.buffers[0].addr + R) fail(`segment of rank ${t}: ${JSON.stringify(d.buffers.map((x) => [x.addr, x.length]))}`);
+    bases.push({ r: d.buffers[0].addr, w: d.buffers[1].addr });
+  }
+  // shadow[t][slot]: what this rank's write area (t, slot) must hold.
+  const shadow = segs.map(() => Array.from({ length: SLOTS }, () => new Uint8Array(W)));
+  const next32 = prng(1000 + rank);
+  const rnd = () => next32() / 2 ** 32;
+  const size1 = () => {
+    // Log-uniform in [1, 8 MiB], with extra weight on the edges.
+    const u = rnd();
+    if (u < 0.05) return 1;
+    if (u < 0.1) return 8 * MiB;
+    return Math.max(1, Math.floor(2 ** (rnd() * 23)));
+  };
+  const BATCHES = soak ? 600 : 60;
+  let bytes = 0;
+  let requests = 0;
+  let checks = 0;
+  type Plan = { id: number; slot: number; reads: { t: number; off: number; len: number; at: number }[]; writes: { t: number; off: number; len: number; at: number }[] };
+  const run = async (slot: number, b: number): Promise<void> => {
+    const n = 1 + Math.floor(rnd() * 8);
+    const plan: Plan = { id: engine.allocateBatchID(n, { timeoutMs: 60_000 }), slot, reads: [], writes: [] };
+    const reqs = [];
+    let used = 0;
+    const wUsed = new Array(size).fill(0);
+    const stage0 = slot * L;
+    for (let k = 0; k < n; k++) {
+      const t = Math.floor(rnd() * size);
+      let len = size1();
+      const gap = Math.floor(rnd() * 64);
+      len = Math.min(len, L - used - gap);
+      if (len < 1) break;
+      const at = stage0 + used + gap;
+      used += gap + len;
+      if (rnd() < 0.5) {
+        const off = Math.floor(rnd() * (R - len + 1));
+        reqs.push({ opcode: 'READ' as const, source: staging.subarray(at, at + len), targetId: segs[t], targetOffset: bases[t].r + off });
+        plan.reads.push({ t, off, len, at });
+      } else {
+        const wgap = Math.floor(rnd() * 64);
+        const room = W - wUsed[t] - wgap;
+        if (room < 1) continue;
+        len = Math.min(len, room);
+        const off = wUsed[t] + wgap;
+        wUsed[t] = off + len;
+        const src = (rnd() * 3 * MiB) | 0;
+        for (let i = 0; i < len; i++) staging[at + i] = POOL[(src + i) % POOL.length];
+        // Area (this rank, slot) of rank t's write buffer.
+        const areaAddr = bases[t].w + (rank * SLOTS + slot) * W;
+        reqs.push({ opcode: 'WRITE' as const, source: staging.subarray(at, at + len), targetId: segs[t], targetOffset: areaAddr + off, length: len });
+        plan.writes.push({ t, off, len, at });
+      }
+    }
+    engine.submitTransfer(plan.id, reqs);
+    const notDone = await engine.waitBatch(plan.id, { timeoutMs: 60_000 });
+    const st = engine.getTransferStatus(plan.id);
+    if (notDone !== 0) fail(`batch ${b}: ${notDone} request(s) not completed: ${JSON.stringify(st.filter((s) => s.status !== 'COMPLETED').slice(0, 3))}`);
+    for (const s of st) bytes += s.transferred;
+    requests += st.length;
+    engine.freeBatchID(plan.id);
+    for (const r of plan.reads) {
+      for (let i = 0; i < r.len; i++) {
+        if (staging[r.at + i] !== pattern(r.t, r.off + i)) fail(`batch ${b}: READ of ${r.len} B at +${r.off} from rank ${r.t}: byte ${i} is ${staging[r.at + i]}, want ${pattern(r.t, r.off + i)}`);
+      }
+      checks++;
+    }
+    for (const w of plan.writes) shadow[w.t][slot].set(staging.subarray(w.at, w.at + w.len), w.off);
+  };
+  // SLOTS loops, each one batch after another, all in flight together.
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: SLOTS }, async (_, slot) => {
+      while (next < BATCHES) await run(slot, next++);
+    }),
+  );
+  await ctx.barrier();
+  // Read back every area this rank wrote, in 4 MiB pieces, and compare with the shadow.
+  for (let t = 0; t < size; t++) {
+    for (let slot = 0; slot < SLOTS; slot++) {
+      for (let off = 0; off < W; off += 4 * MiB) {
+        const len = Math.min(4 * MiB, W - off);
+        const id = engine.allocateBatchID(1);
+        engine.submitTransfer(id, [{ opcode: 'READ', source: staging.subarray(0, len), targetId: segs[t], targetOffset: bases[t].w + (rank * SLOTS + slot) * W + off }]);
+        if ((await engine.waitBatch(id)) !== 0) fail(`read-back from rank ${t}: ${JSON.stringify(engine.getTransferStatus(id))}`);
+        engine.freeBatchID(id);
+        const want = shadow[t][slot];
+        for (let i = 0; i < len; i++) if (staging[i] !== want[off + i]) fail(`write area (rank ${t}, slot ${slot}) byte ${off + i} is ${staging[i]}, want ${want[off + i]}: a WRITE landed wrong or not at all`);
+        checks++;
+      }
+    }
+  }
+  await ctx.barrier();
+  return { requests, bytes, checks, slices: engine.stats.slices, retries: engine.stats.retries };
+}
+
+async function misuse(): Promise<unknown> {
+  const engine = await ctx.transfer({ name: `seg-${rank}`, qpsPerPeer: 3, sliceBytes: 4096 });
+  if ((await ctx.transfer()) !== engine) fail('ctx.transfer() opened a second engine');
+  const buf = ctx.alloc(Uint8Array, 1 * MiB);
+  for (let i = 0; i < buf.length; i++) buf[i] = (i * 31 + rank) & 255;
+  const addr = await engine.registerLocalMemory(buf);
+  await ctx.barrier();
+  let checks = 0;
+  const check = (ok: boolean, what: string) => {
+    if (!ok) fail(what);
+    checks++;
+  };
+  // The descriptor of every rank, as stored.
+  for (let t = 0; t < size; t++) {
+    const raw = JSON.parse(new TextDecoder().decode(await ctx.store.get(segmentKey(`seg-${t}`))));
+    check(raw.name === `seg-${t}` && raw.rank === t, `descriptor of rank ${t}: ${JSON.stringify(raw).slice(0, 200)}`);
+    check(Array.isArray(raw.devices) && raw.devices.length === 1 && raw.devices[0].name === 'nic0', `descriptor devices: ${JSON.stringify(raw.devices)}`);
+    check(JSON.stringify(raw.priority_matrix) === JSON.stringify({ 'cpu:0': [['nic0'], []] }), `priority_matrix: ${JSON.stringify(raw.priority_matrix)}`);
+    check(raw.buffers.length === 1 && raw.buffers[0].length === MiB && Number.isSafeInteger(raw.buffers[0].addr) && raw.buffers[0].rkey.length === 1 && /^[0-9a-f]+$/.test(raw.buffers[0].rkey[0]), `buffers: ${JSON.stringify(raw.buffers).slice(0, 300)}`);
+  }
+  const peer = (rank + 1) % size;
+  const seg = await engine.openSegment(`seg-${peer}`);
+  check((await engine.openSegment(`seg-${peer}`)) === seg, 'openSegment twice gave two ids');
+  const theirs = engine.getSegmentDesc(seg).buffers[0].addr;
+  const heap = new Uint8Array(4096);
+  const reasons: Record<string, string> = {};
+  const expectInvalid = async (what: string, req: unknown, pattern: RegExp) => {
+    const id = engine.allocateBatchID(1);
+    engine.submitTransfer(id, [req as never]);
+    // A target outside the cached descriptor is PENDING while the descriptor is read again.
+    await engine.waitBatch(id, { timeoutMs: 30_000 });
+    const s = engine.getTransferStatus(id)[0];
+    check(s.status === 'INVALID' && pattern.test(s.reason ?? ''), `${what}: got ${JSON.stringify(s)}`);
+    reasons[what] = s.reason!;
+    engine.freeBatchID(id);
+  };
+  await expectInvalid('unregistered source', { opcode: 'READ', source: heap, targetId: seg, targetOffset: theirs }, /not inside one buffer registered/);
+  await expectInvalid('unknown segment', { opcode: 'READ', source: buf, targetId: 9999, targetOffset: theirs, length: 16 }, /not an open segment/);
+  await expectInvalid('past the target buffer', { opcode: 'WRITE', source: buf, targetId: seg, targetOffset: theirs + MiB - 8, length: 16 }, /not inside one buffer of segment/);
+  await expectInvalid('before the target buffer', { opcode: 'READ', source: buf, targetId: seg, targetOffset: 12, length: 16 }, /not inside one buffer of segment/);
+  await expectInvalid('bad opcode', { opcode: 'COPY', source: buf, targetId: seg, targetOffset: theirs }, /opcode must be/);
+  await expectInvalid('length past the view', { opcode: 'READ', source: buf.subarray(0, 8), targetId: seg, targetOffset: theirs, length: 9 }, /length must be/);
+  await expectInvalid('not an object', 42, /not \{ opcode/);
+  // Batch-level misuse throws.
+  const b1 = engine.allocateBatchID(2);
+  let threw = '';
+  try {
+    engine.submitTransfer(b1, new Array(3).fill({ opcode: 'READ', source: buf, targetId: seg, targetOffset: theirs, length: 1 }));
+  } catch (err) {
+    threw = (err as Error).message;
+  }
+  check(/holds 2 request/.test(threw), `3 requests into a batch of 2: ${threw || 'accepted'}`);
+  // In flight: unregister and freeBatchID are refused. A submitted request is PENDING until progress runs.
+  // Peers read only the lower half of each rank's buffer; reads land in the upper half.
+  const HALF = 512 * 1024;
+  engine.submitTransfer(b1, [{ opcode: 'READ', source: buf.subarray(HALF), targetId: seg, targetOffset: theirs + 7, length: 300_000 }]);
+  // Both refusals are decided when called, before progress can run (the first await).
+  threw = '';
+  try {
+    engine.freeBatchID(b1);
+  } catch (err) {
+    threw = (err as Error).message;
+  }
+  check(/not done/.test(threw), `freeBatchID while in flight: ${threw || 'accepted'}`);
+  const unregistering = engine.unregisterLocalMemory(buf);
+  threw = '';
+  try {
+    await unregistering;
+  } catch (err) {
+    threw = (err as Error).message;
+  }
+  check(/in flight use the buffer/.test(threw), `unregister while in flight: ${threw || 'accepted'}`);
+  check((await engine.waitBatch(b1, { timeoutMs: 30_000 })) === 0, `the in-flight READ: ${JSON.stringify(engine.getTransferStatus(b1))}`);
+  for (let i = 0; i < 300_000; i++) if (buf[HALF + i] !== (((7 + i) * 31 + peer) & 255)) fail(`READ with 4 KiB slices over 3 paths: byte ${i} wrong`);
+  engine.freeBatchID(b1);
+  threw = '';
+  try {
+    engine.getTransferStatus(b1);
+  } catch (err) {
+    threw = (err as Error).message;
+  }
+  check(/not allocated/.test(threw), `a freed batch id: ${threw || 'accepted'}`);
+  // A buffer the peer registers after this rank cached its descriptor: the request misses the
+  // cache, the descriptor is read again, and it completes.
+  await ctx.barrier();
+  const late = ctx.alloc(Uint8Array, 8192).fill(200 + rank);
+  const lateAddr = await engine.registerLocalMemory(late);
+  await ctx.store.set(`late/${rank}`, new TextEncoder().encode(String(lateAddr)));
+  const theirLate = Number(new TextDecoder().decode(await ctx.store.get(`late/${peer}`)));
+  const b2 = engine.allocateBatchID(1);
+  engine.submitTransfer(b2, [{ opcode: 'READ', source: buf.subarray(HALF), targetId: seg, targetOffset: theirLate + 100, length: 8000 }]);
+  check((await engine.waitBatch(b2)) === 0, `READ of a buffer registered later: ${JSON.stringify(engine.getTransferStatus(b2))}`);
+  check(buf[HALF] === 200 + peer && buf[HALF + 7999] === 200 + peer, 'READ of a buffer registered later: wrong bytes');
+  engine.freeBatchID(b2);
+  // A broken path: close one of the QPs toward the peer; slices that hit it go on another.
+  await ctx.barrier();
+  const internal = engine as unknown as { peers: { qps: { close(): void }[] }[] };
+  internal.peers[peer].qps[0].close();
+  const b3 = engine.allocateBatchID(4);
+  const reqs = [0, 1, 2, 3].map((k) => ({ opcode: 'READ' as const, source: buf.subarray(HALF + k * 65536), targetId: seg, targetOffset: theirs + k * 1000, length: 60_000 }));
+  engine.submitTransfer(b3, reqs);
+  check((await engine.waitBatch(b3)) === 0, `after a path broke: ${JSON.stringify(engine.getTransferStatus(b3).filter((s: TransferStatus) => s.status !== 'COMPLETED'))}`);
+  for (let k = 0; k < 4; k++) for (let i = 0; i < 60_000; i += 997) if (buf[HALF + k * 65536 + i] !== (((k * 1000 + i) * 31 + peer) & 255)) fail(`after a path broke: request ${k} byte ${i} wrong`);
+  check(engine.stats.retries > 0, `no slice was retried after a path broke (stats ${JSON.stringify(engine.stats)})`);
+  engine.freeBatchID(b3);
+  // Unregister, then the peer's requests to it fail (shm checks keys; libfabric tcp does not).
+  await ctx.barrier();
+  await engine.unregisterLocalMemory(late);
+  await ctx.barrier();
+  check(JSON.parse(new TextDecoder().decode(await ctx.store.get(segmentKey(`seg-${peer}`)))).buffers.length === 1, 'the peer unregistered a buffer but its descriptor still lists it');
+  await ctx.barrier();
+  await engine.close();
+  check(engine.closed, 'closed is false after close()');
+  threw = '';
+  try {
+    engine.allocateBatchID(1);
+  } catch (err) {
+    threw = (err as Error).message;
+  }
+  check(/closed/.test(threw), `allocateBatchID after close: ${threw || 'accepted'}`);
+  await ctx.barrier();
+  let gone = false;
+  try {
+    await ctx.store.get(segmentKey(`seg-${peer}`), { timeoutMs: 0 });
+  } catch {
+    gone = true;
+  }
+  check(gone, 'a closed engine left its descriptor in the store');
+  void addr;
+  return { checks, reasons: Object.keys(reasons).length };
+}
+
+async function kill(): Promise<unknown> {
+  const engine: TransferEngine = await ctx.transfer({ requestTimeoutMs: 20_000 });
+  const buf = ctx.alloc(Uint8Array, 4 * MiB);
+  await engine.registerLocalMemory(buf);
+  await ctx.barrier();
+  if (rank === 1) {
+    console.log(`target pid ${process.pid}`);
+    // The test SIGKILLs this process; it only keeps its event loop alive meanwhile.
+    await new Promise((r) => setTimeout(r, 120_000));
+    return {};
+  }
+  const seg = await engine.openSegment(engine.segmentNames[1]);
+  const addr = engine.getSegmentDesc(seg).buffers[0].addr;
+  console.log('streaming');
+  const t0 = performance.now();
+  let firstFailAt = 0;
+  let reason = '';
+  let completedBatches = 0;
+  let statuses: string[] = [];
+  while (performance.now() - t0 < 60_000) {
+    const id = engine.allocateBatchID(8);
+    engine.submitTransfer(id, Array.from({ length: 8 }, (_, k) => ({ opcode: k % 2 ? ('READ' as const) : ('WRITE' as const), source: buf.subarray(k * 512 * 1024), targetId: seg, targetOffset: addr + k * 512 * 1024, length: 512 * 1024 })));
+    await engine.waitBatch(id, { timeoutMs: 30_000 });
+    const st = engine.getTransferStatus(id);
+    engine.freeBatchID(id);
+    const bad = st.find((s) => s.status !== 'COMPLETED');
+    if (bad) {
+      firstFailAt = Date.now();
+      reason = bad.reason ?? '';
+      statuses = [...new Set(st.map((s) => s.status))];
+      break;
+    }
+    completedBatches++;
+    // Pace the stream: the kill lands while batches are in flight.
+    await new Promise((r) => setTimeout(r, 2));
+  }
+  if (!firstFailAt) fail('the target never failed');
+  // Later submits toward the dead rank fail at once.
+  const id = engine.allocateBatchID(1);
+  const t1 = performance.now();
+  engine.submitTransfer(id, [{ opcode: 'READ', source: buf, targetId: seg, targetOffset: addr, length: 4096 }]);
+  await engine.waitBatch(id, { timeoutMs: 30_000 });
+  const after = engine.getTransferStatus(id)[0];
+  console.log(`failed at ${firstFailAt} ms (Date.now), ${completedBatches} batches before, statuses ${statuses.join(',')}; reason: ${reason}; next request ${after.status} in ${Math.round(performance.now() - t1)} ms: ${after.reason}`);
+  process.exit(0);
+}
+
+const scenarios: Record<string, () => Promise<unknown>> = { random, misuse, kill };
+const result = await scenarios[scenario]();
+console.log(`ok rank ${rank}: ${JSON.stringify(result)}`);
+await ctx.close();
