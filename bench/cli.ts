@@ -14,11 +14,12 @@ import { reduceCommand } from './reduce/index.js';
 import { rendezvousCommand } from './rendezvous/index.js';
 import { rpcCommand } from './rpc/index.js';
 import { kvCommand } from './kv/index.js';
+import { transferCommand } from './transfer/index.js';
 
 const bench = new Command('weft bench')
   .description('benchmarks (each prints a table and writes JSON and SVG to bench/results/ in a checkout, ./weft-bench-results/ when installed, or WEFT_BENCH_OUT)')
   .showHelpAfterError();
-for (const command of [nicCommand(), rendezvousCommand(), reduceCommand(), collectivesCommand(), rpcCommand(), ipcCommand(), kvCommand(), peersCommand()]) bench.addCommand(command);
+for (const command of [nicCommand(), rendezvousCommand(), reduceCommand(), collectivesCommand(), rpcCommand(), ipcCommand(), kvCommand(), transferCommand(), peersCommand()]) bench.addCommand(command);
 
 bench.parseAsync().catch((err: Error) => {
   console.error(err.message.startsWith('weft bench') ? err.message : `weft bench: ${err.message}`);

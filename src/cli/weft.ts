@@ -56,7 +56,7 @@ program
 
 // The benchmarks are their own program (bench/cli.ts), run by bin/weft-bench.js as a child:
 // shipped code never imports bench/.
-program.command('bench', 'benchmarks: nic, rendezvous, reduce, collectives, rpc, ipc, kv (each prints a table and writes JSON and SVG to bench/results/ in a checkout, ./weft-bench-results/ when installed, or WEFT_BENCH_OUT)', { executableFile: 'weft-bench.js' });
+program.command('bench', 'benchmarks: nic, rendezvous, reduce, collectives, rpc, ipc, kv, transfer (each prints a table and writes JSON and SVG to bench/results/ in a checkout, ./weft-bench-results/ when installed, or WEFT_BENCH_OUT)', { executableFile: 'weft-bench.js' });
 // The models likewise (bench/sim/cli.ts via bin/weft-sim.js).
 program.command('sim', 'models: daemon-loop (the CQE batching memo: poll controllers across NP; docs/bistability.md)', { executableFile: 'weft-sim.js' });
 

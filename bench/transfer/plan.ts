@@ -1,0 +1,55 @@
+/**
+ * What `weft bench transfer` (index.ts) tells its ranks (engine-rank.ts, nic-worker.ts) and what
+ * they send back: one trial of one (system, provider, op) over every block size.
+ */
+
+/** argv of both kinds of ranks, as JSON. */
+export interface TrialPlan {
+  op: 'read' | 'write';
+  /** Block sizes, bytes. */
+  blocks: number[];
+  /** Requests per batch. */
+  batch: number;
+  /** Batches in flight. */
+  inflight: number;
+  /** Seconds measured per block size (after a warm-up of a tenth of it). */
+  seconds: number;
+  /** weft only: 'async' (await waitBatch) or 'sync' (waitBatchSync). */
+  wait: 'async' | 'sync';
+  /** weft only: the engine's slice size. */
+  sliceBytes: number;
+}
+
+/** One block size of one trial. */
+export interface TrialPoint {
+  block_bytes: number;
+  gbps: number;
+  ops_per_s: number;
+  /** Per batch of `batch` requests: submit to last completion. */
+  avg_us: number;
+  p99_us: number;
+  batches: number;
+}
+
+/** Engine rank 0 prints each point as this prefix and one JSON object. */
+export const POINT_PREFIX = 'WEFT_TRANSFER_POINT ';
+
+/** Slots of `block` bytes on each side: as many as requests in flight, at most 64 MiB (2 at least). */
+export function slotsFor(block: number, batch: number, inflight: number): number {
+  return Math.max(2, Math.min(batch * inflight, Math.floor((64 << 20) / block)));
+}
+
+/** Summary of a trial's batch latencies (µs) and totals. */
+export function pointOf(block: number, batchSize: number, seconds: number, latUs: number[]): TrialPoint {
+  const n = latUs.length;
+  const sorted = Float64Array.from(latUs).sort();
+  const ops = (n * batchSize) / seconds;
+  return {
+    block_bytes: block,
+    gbps: (ops * block) / 1e9,
+    ops_per_s: ops,
+    avg_us: n ? latUs.reduce((a, b) => a + b, 0) / n : NaN,
+    p99_us: n ? sorted[Math.min(n - 1, Math.floor(n * 0.99))] : NaN,
+    batches: n,
+  };
+}
