@@ -79,6 +79,8 @@ const DEVICE_NAME = 'nic0';
 const MAX_SLICE = 64 << 20;
 /** Rounds of post + poll per progress call, so the event loop turns. */
 const PUMP_ROUNDS = 64;
+/** While slices fly, paths are checked for a QP closed under the engine this often (ms). */
+const PATH_CHECK_MS = 20;
 /** Batches of one capacity kept for reuse. */
 const POOL_PER_CAPACITY = 8;
 
@@ -156,6 +158,7 @@ export class TransferEngine implements CompletionSink {
   private readonly passive: PassiveProgress | undefined;
   private background = false;
   private pumping = false;
+  private nextPathCheck = 0;
   /** The earliest deadline of an open request (Infinity when none). */
   private earliestDeadline = Infinity;
   private isClosed = false;
@@ -502,7 +505,7 @@ export class TransferEngine implements CompletionSink {
     const sb = this.sliceBytes;
     const n = Math.ceil(len / sb);
     b.left[i] = n;
-    for (let off = 0; off < len; off += sb) peer.queue.push(this.slices.alloc(b, i, off, Math.min(sb, len - off)));
+    for (let off = 0; off < len; off += sb) peer.queue.push(this.slices.alloc(b, i, seg.rank, off, Math.min(sb, len - off)));
     if (!peer.listed) {
       peer.listed = true;
       this.active.push(peer);
@@ -609,9 +612,13 @@ export class TransferEngine implements CompletionSink {
         moved += router.poll();
         if (moved === 0) break;
       }
-      if (this.earliestDeadline !== Infinity) {
+      if (this.earliestDeadline !== Infinity || this.slices.live > 0) {
         const now = performance.now();
         if (now >= this.earliestDeadline) this.checkDeadlines(now);
+        if (now >= this.nextPathCheck) {
+          this.nextPathCheck = now + PATH_CHECK_MS;
+          this.checkPaths();
+        }
       }
     } finally {
       this.pumping = false;
@@ -684,6 +691,7 @@ export class TransferEngine implements CompletionSink {
     const mr = (b.local[i] as LocalBuffer).mr;
     sl.path[s] = k;
     sl.tries[s]++;
+    sl.flying[s] = 1;
     peer.inflight[k]++;
     b.flying[i]++;
     b.flyingTotal++;
@@ -694,10 +702,11 @@ export class TransferEngine implements CompletionSink {
       else qp.postWrite(mr, b.localOff[i] + off, region, b.remoteOff[i] + off, len, s, true);
     } catch (err) {
       // A post that throws (the QP is gone) completes nothing: undo, and try another path.
+      sl.flying[s] = 0;
       peer.inflight[k]--;
       b.flying[i]--;
       b.flyingTotal--;
-      peer.dead[k] = 1;
+      this.pathDied(peer, k);
       this.retryOrFail(peer, s, b, i, (err as Error).message);
     }
   }
@@ -734,15 +743,16 @@ export class TransferEngine implements CompletionSink {
     const peer = this.peers[rank] as Peer;
     const k = this.pathIndex[qpn];
     if (cb.opcode[e] === Opcode.QP_EVENT) {
-      peer.dead[k] = 1;
-      if (!peer.alive()) this.kickProgress();
+      this.pathDied(peer, k);
       return;
     }
     const sl = this.slices;
     const s = cb.wrId[e];
     const b = sl.batch[s];
-    if (b === undefined) return;
+    // A completion of a slice already given up on this path (the path died and it moved on).
+    if (b === undefined || sl.flying[s] === 0 || sl.path[s] !== k || sl.rank[s] !== rank) return;
     const i = sl.idx[s];
+    sl.flying[s] = 0;
     peer.inflight[k]--;
     b.flying[i]--;
     b.flyingTotal--;
@@ -767,8 +777,45 @@ export class TransferEngine implements CompletionSink {
       this.settle(b, i, Task.FAILED, `rank ${rank} refused the access (the target buffer is no longer registered there, or its key is stale): ${err?.message ?? 'remote access error'}`);
       return;
     }
-    if (peer.qps[k].state !== 'ready') peer.dead[k] = 1;
+    if (peer.qps[k].state !== 'ready') this.pathDied(peer, k);
     this.retryOrFail(peer, s, b, i, err?.message ?? `status ${cb.status[e]}`);
+  }
+
+  /**
+   * Path k toward `peer` is gone (its QP failed or closed): the slices still flying on it may
+   * never complete (a closed QP reports nothing of what the fabric had), so each goes to
+   * another path now; a late completion of one is recognised by its path and dropped.
+   */
+  private pathDied(peer: Peer, k: number): void {
+    if (peer.dead[k] === 1) return;
+    peer.dead[k] = 1;
+    const sl = this.slices;
+    const why = peer.qps[k].error?.message ?? `path ${k} toward rank ${peer.rank} closed`;
+    if (peer.inflight[k] > 0) {
+      for (let s = 0; s < sl.flying.length; s++) {
+        if (sl.flying[s] === 0 || sl.rank[s] !== peer.rank || sl.path[s] !== k) continue;
+        const b = sl.batch[s] as Batch;
+        const i = sl.idx[s];
+        sl.flying[s] = 0;
+        peer.inflight[k]--;
+        b.flying[i]--;
+        b.flyingTotal--;
+        if (b.open(i)) this.retryOrFail(peer, s, b, i, why);
+        else {
+          sl.release(s);
+          if (b.flying[i] === 0) this.release(b, i);
+        }
+      }
+    }
+    this.kickProgress();
+  }
+
+  /** Paths whose QP left 'ready' without telling (closed under the engine): see pathDied. */
+  private checkPaths(): void {
+    for (const peer of this.peers) {
+      if (!peer) continue;
+      for (let k = 0; k < peer.qps.length; k++) if (peer.dead[k] === 0 && peer.qps[k].state !== 'ready') this.pathDied(peer, k);
+    }
   }
 
   /** Queues slice s again on another path toward `peer`, or fails its request when none is left. */
@@ -822,7 +869,8 @@ export class TransferEngine implements CompletionSink {
         return;
       }
       // Until the earliest request deadline at most: the loop then wakes to time it out.
-      const ms = Math.min(60_000, Math.max(1, this.earliestDeadline - performance.now() + 1));
+      // While slices fly, also every PATH_CHECK_MS: a QP closed under the engine reports nothing.
+      const ms = Math.min(60_000, this.slices.live > 0 ? PATH_CHECK_MS : Infinity, Math.max(1, this.earliestDeadline - performance.now() + 1));
       this.group.router.waitAsync(this.idle, { deadline: new Deadline(ms), what: `${this.label}: transfer progress` }).then(
         () => {
           this.background = false;

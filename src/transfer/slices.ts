@@ -17,26 +17,33 @@ export class SliceTable {
   path = new Int16Array(0);
   /** Paths tried so far (a failed path is retried on another). */
   tries = new Uint8Array(0);
+  /** 1 while posted on `path` and not completed. */
+  flying = new Uint8Array(0);
+  /** Target rank. */
+  rank = new Int32Array(0);
   private free = new Int32Array(0);
   private nFree = 0;
   /** Slices allocated and not released. */
   live = 0;
 
-  alloc(b: Batch, i: number, off: number, len: number): number {
+  alloc(b: Batch, i: number, rank: number, off: number, len: number): number {
     if (this.nFree === 0) this.grow();
     const s = this.free[--this.nFree];
     this.batch[s] = b;
     this.idx[s] = i;
+    this.rank[s] = rank;
     this.off[s] = off;
     this.len[s] = len;
     this.path[s] = -1;
     this.tries[s] = 0;
+    this.flying[s] = 0;
     this.live++;
     return s;
   }
 
   release(s: number): void {
     this.batch[s] = undefined;
+    this.flying[s] = 0;
     this.free[this.nFree++] = s;
     this.live--;
   }
@@ -54,6 +61,8 @@ export class SliceTable {
     this.len = g(this.len, Uint32Array);
     this.path = g(this.path, Int16Array);
     this.tries = g(this.tries, Uint8Array);
+    this.flying = g(this.flying, Uint8Array);
+    this.rank = g(this.rank, Int32Array);
     const free = new Int32Array(cap);
     free.set(this.free.subarray(0, this.nFree));
     // New slots are handed out lowest first.
