@@ -25,52 +25,66 @@ if (ctx.rank === 0) {
     const bySlot = Array.from({ length: slots }, (_, s) => ({ opcode, source: mem.subarray(s * block, (s + 1) * block), targetId: seg, targetOffset: base + s * block, length: block }) as const);
     const lists = Array.from({ length: slots }, (_, s) => Array.from({ length: plan.batch }, (_, k) => bySlot[(s * plan.batch + k) % slots]));
     let next = 0;
-    const warmEnd = performance.now() + plan.seconds * 100;
-    const end = warmEnd + plan.seconds * 1000;
-    const lat: number[] = [];
-    let t0 = 0;
-    let counted = 0;
-    const one = (id: number) => {
-      engine.submitTransfer(id, lists[next++ % slots]);
-      return performance.now();
-    };
-    const finish = (id: number, t: number) => {
-      const now = performance.now();
-      if (now >= warmEnd) {
-        if (!t0) t0 = now;
-        else {
-          lat.push((now - t) * 1000);
-          counted++;
+    // Runs `total` batches with `inflight` of them moving, from idle to the last completion
+    // (as the NIC stream: see nic-worker.ts); returns the seconds and the batches' latencies.
+    const stream = async (total: number, lat: number[] | undefined): Promise<number> => {
+      let started = 0;
+      const t0 = performance.now();
+      const check = (id: number, bad: number) => {
+        if (bad !== 0) throw new Error(JSON.stringify(engine.getTransferStatus(id).find((s) => s.status !== 'COMPLETED')));
+      };
+      if (plan.wait === 'sync') {
+        const ids: number[] = [];
+        const at: number[] = [];
+        while (started < total && ids.length < plan.inflight) {
+          ids.push(engine.allocateBatchID(plan.batch));
+          at.push(performance.now());
+          engine.submitTransfer(ids[ids.length - 1], lists[next++ % slots]);
+          started++;
         }
-      }
-    };
-    if (plan.wait === 'sync') {
-      const ids = Array.from({ length: plan.inflight }, () => engine.allocateBatchID(plan.batch));
-      const at = ids.map((id) => one(id));
-      for (let k = 0; performance.now() < end; k = (k + 1) % ids.length) {
-        if (engine.waitBatchSync(ids[k], { timeoutMs: 60_000 }) !== 0) throw new Error(JSON.stringify(engine.getTransferStatus(ids[k]).find((s) => s.status !== 'COMPLETED')));
-        finish(ids[k], at[k]);
-        engine.freeBatchID(ids[k]);
-        ids[k] = engine.allocateBatchID(plan.batch);
-        at[k] = one(ids[k]);
-      }
-      for (const id of ids) engine.waitBatchSync(id, { timeoutMs: 60_000 });
-    } else {
-      await Promise.all(
-        Array.from({ length: plan.inflight }, async () => {
-          while (performance.now() < end) {
-            const id = engine.allocateBatchID(plan.batch);
-            const t = one(id);
-            if ((await engine.waitBatch(id, { timeoutMs: 60_000 })) !== 0) throw new Error(JSON.stringify(engine.getTransferStatus(id).find((s) => s.status !== 'COMPLETED')));
-            finish(id, t);
-            engine.freeBatchID(id);
+        for (let k = 0; ids.length > 0; ) {
+          check(ids[k], engine.waitBatchSync(ids[k], { timeoutMs: 60_000 }));
+          lat?.push((performance.now() - at[k]) * 1000);
+          engine.freeBatchID(ids[k]);
+          if (started < total) {
+            ids[k] = engine.allocateBatchID(plan.batch);
+            at[k] = performance.now();
+            engine.submitTransfer(ids[k], lists[next++ % slots]);
+            started++;
+            k = (k + 1) % ids.length;
+          } else {
+            ids.splice(k, 1);
+            at.splice(k, 1);
+            if (k >= ids.length) k = 0;
           }
-        }),
-      );
+        }
+      } else {
+        await Promise.all(
+          Array.from({ length: plan.inflight }, async () => {
+            while (started < total) {
+              started++;
+              const id = engine.allocateBatchID(plan.batch);
+              const t = performance.now();
+              engine.submitTransfer(id, lists[next++ % slots]);
+              check(id, await engine.waitBatch(id, { timeoutMs: 60_000 }));
+              lat?.push((performance.now() - t) * 1000);
+              engine.freeBatchID(id);
+            }
+          }),
+        );
+      }
+      return (performance.now() - t0) / 1000;
+    };
+    let warm = plan.inflight;
+    let warmSec = await stream(warm, undefined);
+    while (warmSec < plan.seconds / 10) {
+      warm *= 2;
+      warmSec = await stream(warm, undefined);
     }
-    const seconds = (performance.now() - t0) / 1000;
+    const total = Math.max(2 * plan.inflight, Math.round((warm / warmSec) * plan.seconds));
+    const lat: number[] = [];
+    const seconds = await stream(total, lat);
     process.stdout.write(POINT_PREFIX + JSON.stringify(pointOf(block, plan.batch, seconds, lat)) + '\n');
-    void counted;
   }
 }
 await ctx.barrier({ timeoutMs: 600_000 });

@@ -34,42 +34,44 @@ async function main(): Promise<TrialPoint[]> {
   const window = plan.batch * plan.inflight;
   for (const block of plan.blocks) {
     const slots = slotsFor(block, plan.batch, plan.inflight);
-    // Batch k is ops [k*batch, (k+1)*batch): timed from its first post to its last completion.
-    const started = new Float64Array(plan.inflight + 1);
-    let posted = 0;
-    let done = 0;
-    const lat: number[] = [];
-    const post = () => {
-      const slot = posted % slots;
-      if (posted % plan.batch === 0) started[(posted / plan.batch) % started.length] = performance.now();
-      if (plan.op === 'read') qp.postRead(mr, slot * block, remote, slot * block, block, posted >>> 0, true);
-      else qp.postWrite(mr, slot * block, remote, slot * block, block, posted >>> 0, true);
-      posted++;
-    };
-    const warm = performance.now() + plan.seconds * 100;
-    let t0 = 0;
-    let measuredFrom = 0;
-    const end = () => performance.now() >= warm + plan.seconds * 1000;
-    while (!(t0 && end() && done === posted)) {
-      while (posted - done < window && !(t0 && end())) post();
-      const n = dev.cq.poll(cq);
-      for (let i = 0; i < n; i++) {
-        if (cq.status[i] !== Status.SUCCESS) throw new Error(`nic stream ${plan.op} ${block} B over ${provider}: ${cq.errors[i]?.message}`);
-        done++;
-        if (done % plan.batch === 0) {
-          const k = done / plan.batch - 1;
-          const now = performance.now();
-          if (!t0 && now >= warm) {
-            t0 = now;
-            measuredFrom = done;
-          } else if (t0) lat.push((now - started[k % started.length]) * 1000);
+    // Streams `total` operations with at most `window` in flight, from an idle queue to the last
+    // completion; batch k is operations [k*batch, (k+1)*batch), timed from its first post to
+    // its last completion. Counting from idle to drained is what makes a provider that copies
+    // inside the post (shm) and one that completes later (the fabric) comparable.
+    const stream = (total: number, lat: number[] | undefined): number => {
+      const started = new Float64Array(plan.inflight + 2);
+      let posted = 0;
+      let done = 0;
+      const t0 = performance.now();
+      while (done < total) {
+        while (posted < total && posted - done < window) {
+          const slot = posted % slots;
+          if (posted % plan.batch === 0) started[(posted / plan.batch) % started.length] = performance.now();
+          if (plan.op === 'read') qp.postRead(mr, slot * block, remote, slot * block, block, posted >>> 0, true);
+          else qp.postWrite(mr, slot * block, remote, slot * block, block, posted >>> 0, true);
+          posted++;
+        }
+        const n = dev.cq.poll(cq);
+        for (let i = 0; i < n; i++) {
+          if (cq.status[i] !== Status.SUCCESS) throw new Error(`nic stream ${plan.op} ${block} B over ${provider}: ${cq.errors[i]?.message}`);
+          done++;
+          if (lat && (done % plan.batch === 0 || done === total)) lat.push((performance.now() - started[Math.floor((done - 1) / plan.batch) % started.length]) * 1000);
         }
       }
+      return (performance.now() - t0) / 1000;
+    };
+    // Warm-up, which also sizes the measured run to about plan.seconds.
+    let warmOps = window;
+    let warmSec = stream(warmOps, undefined);
+    while (warmSec < plan.seconds / 10) {
+      warmOps *= 2;
+      warmSec = stream(warmOps, undefined);
     }
-    const seconds = (performance.now() - t0) / 1000;
+    const total = Math.max(2 * window, Math.round((warmOps / warmSec) * plan.seconds));
+    const lat: number[] = [];
+    const seconds = stream(total, lat);
     const p = pointOf(block, plan.batch, seconds, lat);
-    // Throughput from the operations completed after the warm-up (the latency list excludes its batch).
-    p.ops_per_s = (done - measuredFrom) / seconds;
+    p.ops_per_s = total / seconds;
     p.gbps = (p.ops_per_s * block) / 1e9;
     points.push(p);
   }

@@ -16,8 +16,8 @@ export interface TrialPlan {
   seconds: number;
   /** weft only: 'async' (await waitBatch) or 'sync' (waitBatchSync). */
   wait: 'async' | 'sync';
-  /** weft only: the engine's slice size. */
-  sliceBytes: number;
+  /** weft only: the engine's slice size (undefined: its default). */
+  sliceBytes?: number;
 }
 
 /** One block size of one trial. */

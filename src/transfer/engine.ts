@@ -47,7 +47,11 @@ export interface TransferEngineOptions extends WaitOptions {
   priorityMatrix?: PriorityMatrix;
   /** Queue pairs (paths) toward each other rank (default 2). */
   qpsPerPeer?: number;
-  /** Requests longer than this are cut into slices of it (default 64 KiB). */
+  /**
+   * Requests longer than this are cut into slices of it. Default: 64 KiB (the note's), and 1 MiB
+   * toward a peer reached through libfabric's tcp provider, whose cost per operation makes 64 KiB
+   * slices run at half its streaming rate (docs/transfer.md#measured).
+   */
   sliceBytes?: number;
   /** Slices posted and not completed on one path at most (default 16). */
   pathDepth?: number;
@@ -94,6 +98,8 @@ class Peer {
   constructor(
     readonly rank: number,
     readonly qps: QueuePair[],
+    /** Slice size of requests toward this rank. */
+    readonly sliceBytes: number,
   ) {
     this.inflight = new Int32Array(qps.length);
     this.dead = new Uint8Array(qps.length);
@@ -126,10 +132,14 @@ const opens = new WeakMap<TransferGroup, number>();
  * engine.freeBatchID(batch);
  */
 export class TransferEngine implements CompletionSink {
+  /** The slice size of requests toward rank `r` (sliceBytes, or its default for that path). */
+  sliceBytesFor(r: number): number | undefined {
+    return this.peers[r]?.sliceBytes;
+  }
+
   /** segmentNames[r]: the segment name of rank r's engine. */
   readonly segmentNames: readonly string[];
   readonly name: string;
-  readonly sliceBytes: number;
   readonly stats: TransferStats = { submitted: 0, completed: 0, failed: 0, invalid: 0, timedOut: 0, retries: 0, slices: 0, bytes: 0 };
   private readonly label: string;
   private readonly local: LocalMemory;
@@ -167,7 +177,7 @@ export class TransferEngine implements CompletionSink {
 
   private constructor(
     private readonly group: TransferGroup,
-    options: Required<Pick<TransferEngineOptions, 'name' | 'location' | 'sliceBytes' | 'pathDepth' | 'requestTimeoutMs'>> & { priorityMatrix: PriorityMatrix },
+    options: Required<Pick<TransferEngineOptions, 'name' | 'location' | 'pathDepth' | 'requestTimeoutMs'>> & { priorityMatrix: PriorityMatrix; sliceBytes: number | undefined },
     names: string[],
     qps: QueuePair[][],
     passive: PassiveProgress | undefined,
@@ -175,7 +185,6 @@ export class TransferEngine implements CompletionSink {
     this.label = `rank ${group.rank}`;
     this.name = options.name;
     this.segmentNames = Object.freeze([...names]);
-    this.sliceBytes = options.sliceBytes;
     this.pathDepth = options.pathDepth;
     this.requestTimeoutMs = options.requestTimeoutMs;
     this.priority = options.priorityMatrix;
@@ -187,7 +196,7 @@ export class TransferEngine implements CompletionSink {
         this.peers.push(undefined);
         continue;
       }
-      this.peers.push(new Peer(p, list));
+      this.peers.push(new Peer(p, list, options.sliceBytes ?? defaultSlice(group, p)));
       list.forEach((q, k) => {
         this.pathRank[q.qpn] = p;
         this.pathIndex[q.qpn] = k;
@@ -502,7 +511,7 @@ export class TransferEngine implements CompletionSink {
     b.remote[i] = rbuf;
     b.remoteOff[i] = rbuf.offset + (b.targetAddr[i] - rbuf.addr);
     const len = b.length[i];
-    const sb = this.sliceBytes;
+    const sb = peer.sliceBytes;
     const n = Math.ceil(len / sb);
     b.left[i] = n;
     for (let off = 0; off < len; off += sb) peer.queue.push(this.slices.alloc(b, i, seg.rank, off, Math.min(sb, len - off)));
@@ -919,6 +928,16 @@ export class TransferEngine implements CompletionSink {
   }
 }
 
+/**
+ * The default slice toward rank `peer`: 64 KiB (the note's), or 1 MiB when the path is
+ * libfabric's tcp provider (a software fabric whose cost per operation dominates below that).
+ */
+function defaultSlice(group: TransferGroup, peer: number): number {
+  const dev = group.router.device;
+  const fabric = dev.provider === 'ofi' || (dev.provider === 'mixed' && !group.hosts.sameHost(group.rank, peer));
+  return fabric && /tcp/.test(dev.providerName) ? 1 << 20 : 64 << 10;
+}
+
 function checkOptions(where: string, group: TransferGroup, o: TransferEngineOptions) {
   const bad = (what: string): never => {
     throw new WeftError('EINVAL', `${where}: ${what}`);
@@ -932,7 +951,7 @@ function checkOptions(where: string, group: TransferGroup, o: TransferEngineOpti
     return Number.isInteger(n) && (n as number) >= min && (n as number) <= max ? (n as number) : bad(`${what} must be an integer in [${min}, ${max}], got ${String(v)}`);
   };
   const qpsPerPeer = int(o.qpsPerPeer, 2, 1, 16, 'qpsPerPeer');
-  const sliceBytes = int(o.sliceBytes, 64 << 10, 1024, MAX_SLICE, 'sliceBytes');
+  const sliceBytes = o.sliceBytes === undefined ? undefined : int(o.sliceBytes, 0, 1024, MAX_SLICE, 'sliceBytes');
   const pathDepth = int(o.pathDepth, 16, 1, 1024, 'pathDepth');
   const requestTimeoutMs = o.requestTimeoutMs ?? defaultTimeoutMs();
   if (typeof requestTimeoutMs !== 'number' || !(requestTimeoutMs > 0)) bad(`requestTimeoutMs must be a positive number, got ${String(o.requestTimeoutMs)}`);
