@@ -20,19 +20,17 @@ const WINDOW_ALIGN = 1 << 16;
 export class LocalBuffer {
   /** Requests in flight with their source here (unregister is refused while > 0). */
   inflight = 0;
+  /** The view's byte range in its ArrayBuffer (plain fields: read for every request). */
+  readonly start: number;
+  readonly end: number;
   constructor(
     readonly bytes: Uint8Array,
     readonly mr: MemoryRegion,
     readonly addr: number,
     readonly location: string,
-  ) {}
-
-  /** byteOffset of the view in its ArrayBuffer. */
-  get start(): number {
-    return this.bytes.byteOffset;
-  }
-  get end(): number {
-    return this.bytes.byteOffset + this.bytes.byteLength;
+  ) {
+    this.start = bytes.byteOffset;
+    this.end = bytes.byteOffset + bytes.byteLength;
   }
 }
 

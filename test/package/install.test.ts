@@ -96,9 +96,10 @@ test('run with a .mjs and a .ts rank in the CommonJS project', () => {
 });
 
 test('every benchmark and the daemon-loop model run --quick from the installed package; results go into the project, never into node_modules', () => {
-  for (const b of ['nic', 'rpc', 'reduce', 'rendezvous', 'collectives', 'peers', 'ipc']) {
-    // ipc: one client only (its quick run of 1, 2, 4 clients takes minutes on 2 cores).
-    const r = weft(['bench', b, '--quick', ...(b === 'ipc' ? ['--clients', '1'] : [])], 300_000);
+  for (const b of ['nic', 'rpc', 'reduce', 'rendezvous', 'collectives', 'peers', 'ipc', 'transfer']) {
+    // ipc: one client only (its quick run of 1, 2, 4 clients takes minutes on 2 cores); transfer: shm only.
+    const extra = b === 'ipc' ? ['--clients', '1'] : b === 'transfer' ? ['--provider', 'shm'] : [];
+    const r = weft(['bench', b, '--quick', ...extra], 300_000);
     assert.is(r.code, 0, `${b}: ${r.out.slice(-2000)}${r.err.slice(-2000)}`);
     // Plots need vega (a development dependency): skipped, and said so.
     if (b === 'nic' || b === 'rpc') assert.match(r.err, /plots? skipped .*/);
@@ -109,7 +110,7 @@ test('every benchmark and the daemon-loop model run --quick from the installed p
   assert.match(sim.err, /plots skipped/);
   const results = readdirSync(path.join(project, 'weft-bench-results'));
   assert.ok(results.includes('sim-daemon-loop.json'), `no sim results in ${results.join(', ')}`);
-  for (const b of ['nic', 'rpc', 'reduce', 'rendezvous', 'collectives', 'ipc']) assert.ok(results.some((f) => f.startsWith(`${b}-`)), `no ${b} results in ${results.join(', ')}`);
+  for (const b of ['nic', 'rpc', 'reduce', 'rendezvous', 'collectives', 'ipc', 'transfer']) assert.ok(results.some((f) => f.startsWith(`${b}-`)), `no ${b} results in ${results.join(', ')}`);
   assert.not.ok(existsSync(path.join(project, 'node_modules', 'weftjs', 'bench', 'results')));
   assert.not.ok(existsSync(path.join(project, 'node_modules', 'weftjs', 'build')), 'the peers were compiled into node_modules');
 });
