@@ -25,13 +25,13 @@ import type { CompletionSink } from '../nic/completion-router.js';
 import { Opcode, Status, type CompletionBatch, type QueuePair } from '../nic/types.js';
 import { Deadline, defaultTimeoutMs, type WaitOptions } from '../util/deadline.js';
 import { describeValue } from '../util/describe.js';
-import { Batch, OP_READ, OP_WRITE } from './batch.js';
+import { Batch, O_LOCAL, O_REMOTE, O_SEGMENT, O_SELF, OP_READ, OP_WRITE, R_DEADLINE, R_FLYING, R_LEFT, R_LENGTH, R_LOCAL_OFF, R_OP, R_RELEASED, R_REMOTE_OFF, R_STATUS, R_TARGET_ADDR, R_TRANSFERRED, RO, RS } from './batch.js';
 import { LocalMemory, type LocalBuffer } from './local-memory.js';
 import { PassiveProgress } from './passive-progress.js';
 import { closePath, connectPaths, type TransferGroup } from './paths.js';
 import { RemoteSegment, type RemoteBuffer } from './remote-segment.js';
 import { decodeSegmentDesc, encodeSegmentDesc, rkeyHex, SEGMENT_PROTOCOL, segmentKey, type PriorityMatrix, type SegmentDesc } from './segment-desc.js';
-import { SliceQueue, SliceTable } from './slices.js';
+import { S_FLYING, S_IDX, S_LEN, S_OFF, S_PATH, S_RANK, S_TRIES, SliceQueue, SliceTable, SS } from './slices.js';
 import { Task, TASK_STATUS, type BatchID, type SegmentID, type TransferRequest, type TransferStatus } from './types.js';
 
 /** Options of `TransferEngine.open` (every rank passes the same qpsPerPeer). */
@@ -353,7 +353,7 @@ export class TransferEngine implements CompletionSink {
     if (!seg) throw new WeftError('EINVAL', `${this.label}: closeSegment: segment id ${id} is not open`);
     for (const b of this.openBatches) {
       for (let i = 0; i < b.count; i++) {
-        if (b.open(i) && b.segment[i] === seg) throw new WeftError('EINVAL', `${this.label}: closeSegment: batch ${b.id} still has requests to segment '${seg.name}' in flight; wait for it first`);
+        if (b.open(i) && b.segment(i) === seg) throw new WeftError('EINVAL', `${this.label}: closeSegment: batch ${b.id} still has requests to segment '${seg.name}' in flight; wait for it first`);
       }
     }
     this.segments.delete(id);
@@ -389,10 +389,10 @@ export class TransferEngine implements CompletionSink {
       this.waitingDesc.delete(seg);
       if (this.isClosed) return;
       for (const [b, i] of waiting) {
-        if (b.status[i] !== Task.PENDING) continue;
-        const buf = seg.find(b.targetAddr[i], b.length[i]);
+        if (b.f[i * RS + R_STATUS] !== Task.PENDING) continue;
+        const buf = seg.find(b.f[i * RS + R_TARGET_ADDR], b.f[i * RS + R_LENGTH]);
         if (buf) this.start(b, i, seg, buf);
-        else this.settle(b, i, Task.INVALID, err ? `segment '${seg.name}': its descriptor could not be re-read: ${(err as Error).message}` : this.notInSegment(seg, b.targetAddr[i], b.length[i]));
+        else this.settle(b, i, Task.INVALID, err ? `segment '${seg.name}': its descriptor could not be re-read: ${(err as Error).message}` : this.notInSegment(seg, b.f[i * RS + R_TARGET_ADDR], b.f[i * RS + R_LENGTH]));
       }
       // Waiters whose batches just settled here must be looked at again.
       this.group.router.kick();
@@ -449,14 +449,14 @@ export class TransferEngine implements CompletionSink {
     const now = performance.now();
     for (let k = 0; k < entries.length; k++) {
       const i = b.count++;
-      b.status[i] = Task.PENDING;
+      b.f[i * RS + R_STATUS] = Task.PENDING;
       b.unsettled++;
-      b.transferred[i] = 0;
-      b.deadline[i] = now + b.timeoutMs;
-      if (b.deadline[i] < this.earliestDeadline) this.earliestDeadline = b.deadline[i];
-      b.left[i] = 0;
-      b.flying[i] = 0;
-      b.released[i] = 1;
+      b.f[i * RS + R_TRANSFERRED] = 0;
+      b.f[i * RS + R_DEADLINE] = now + b.timeoutMs;
+      if (b.f[i * RS + R_DEADLINE] < this.earliestDeadline) this.earliestDeadline = b.f[i * RS + R_DEADLINE];
+      b.f[i * RS + R_LEFT] = 0;
+      b.f[i * RS + R_FLYING] = 0;
+      b.f[i * RS + R_RELEASED] = 1;
       this.stats.submitted++;
       this.accept(b, i, entries[k]);
     }
@@ -479,19 +479,19 @@ export class TransferEngine implements CompletionSink {
     if (!Number.isSafeInteger(addr) || addr < 0) return this.settle(b, i, Task.INVALID, `targetOffset must be a non-negative safe integer (a buffer's addr plus an offset), got ${String(addr)}`);
     const lbuf = this.local.find(src.buffer, src.byteOffset, len);
     if (lbuf === undefined) return this.settle(b, i, Task.INVALID, `source bytes [${src.byteOffset}, ${src.byteOffset + len}) of this ${describeValue(src)}'s memory are not inside one buffer registered with registerLocalMemory`);
-    b.op[i] = op;
-    b.length[i] = len;
-    b.localOff[i] = src.byteOffset - lbuf.start;
-    b.targetAddr[i] = addr;
-    b.local[i] = lbuf;
-    b.segment[i] = seg;
-    b.released[i] = 0;
+    b.f[i * RS + R_OP] = op;
+    b.f[i * RS + R_LENGTH] = len;
+    b.f[i * RS + R_LOCAL_OFF] = src.byteOffset - lbuf.start;
+    b.f[i * RS + R_TARGET_ADDR] = addr;
+    b.refs[i * RO + O_LOCAL] = lbuf;
+    b.refs[i * RO + O_SEGMENT] = seg;
+    b.f[i * RS + R_RELEASED] = 0;
     lbuf.inflight++;
     if (len === 0) return this.settle(b, i, Task.COMPLETED, undefined);
     if (seg.rank === this.group.rank) {
       const t = this.local.findAddress(addr, len);
       if (t === undefined) return this.settle(b, i, Task.INVALID, this.notInSegment(new RemoteSegment(0, this.name, seg.rank, this.descriptor), addr, len));
-      b.selfTarget[i] = t;
+      b.refs[i * RO + O_SELF] = t;
       this.selfQueue.push([b, i]);
       return;
     }
@@ -508,12 +508,12 @@ export class TransferEngine implements CompletionSink {
   private start(b: Batch, i: number, seg: RemoteSegment, rbuf: RemoteBuffer): void {
     const peer = this.peers[seg.rank];
     if (peer === undefined) return this.settle(b, i, Task.INVALID, `segment '${seg.name}' belongs to rank ${seg.rank}, toward which this engine has no path`);
-    b.remote[i] = rbuf;
-    b.remoteOff[i] = rbuf.offset + (b.targetAddr[i] - rbuf.addr);
-    const len = b.length[i];
+    b.refs[i * RO + O_REMOTE] = rbuf;
+    b.f[i * RS + R_REMOTE_OFF] = rbuf.offset + (b.f[i * RS + R_TARGET_ADDR] - rbuf.addr);
+    const len = b.f[i * RS + R_LENGTH];
     const sb = peer.sliceBytes;
     const n = Math.ceil(len / sb);
-    b.left[i] = n;
+    b.f[i * RS + R_LEFT] = n;
     for (let off = 0; off < len; off += sb) peer.queue.push(this.slices.alloc(b, i, seg.rank, off, Math.min(sb, len - off)));
     if (!peer.listed) {
       peer.listed = true;
@@ -524,24 +524,24 @@ export class TransferEngine implements CompletionSink {
   /** Settles request i (not WAITING/PENDING afterwards); lets go of its source once no slice flies. */
   private settle(b: Batch, i: number, status: number, reason: string | undefined): void {
     if (!b.open(i)) return;
-    b.status[i] = status;
+    b.f[i * RS + R_STATUS] = status;
     b.reason[i] = reason;
     b.unsettled--;
     const st = this.stats;
     if (status === Task.COMPLETED) {
       st.completed++;
-      b.transferred[i] = b.length[i];
+      b.f[i * RS + R_TRANSFERRED] = b.f[i * RS + R_LENGTH];
     } else if (status === Task.FAILED) st.failed++;
     else if (status === Task.INVALID) st.invalid++;
     else if (status === Task.TIMEOUT) st.timedOut++;
-    if (b.flying[i] === 0) this.release(b, i);
+    if (b.f[i * RS + R_FLYING] === 0) this.release(b, i);
     if (b.unsettled === 0) this.openBatches.delete(b);
   }
 
   private release(b: Batch, i: number): void {
-    if (b.released[i] === 1) return;
-    b.released[i] = 1;
-    const l = b.local[i];
+    if (b.f[i * RS + R_RELEASED] === 1) return;
+    b.f[i * RS + R_RELEASED] = 1;
+    const l = b.local(i);
     if (l) l.inflight--;
   }
 
@@ -555,8 +555,8 @@ export class TransferEngine implements CompletionSink {
     out.length = b.count;
     for (let i = 0; i < b.count; i++) {
       const e = (out[i] ??= { status: 'PENDING', transferred: 0 });
-      e.status = TASK_STATUS[b.status[i]];
-      e.transferred = b.transferred[i];
+      e.status = TASK_STATUS[b.f[i * RS + R_STATUS]];
+      e.transferred = b.f[i * RS + R_TRANSFERRED];
       if (b.reason[i] !== undefined) e.reason = b.reason[i];
       else delete e.reason;
     }
@@ -596,7 +596,7 @@ export class TransferEngine implements CompletionSink {
 
   private notCompleted(b: Batch): number {
     let n = 0;
-    for (let i = 0; i < b.count; i++) if (b.status[i] !== Task.COMPLETED) n++;
+    for (let i = 0; i < b.count; i++) if (b.f[i * RS + R_STATUS] !== Task.COMPLETED) n++;
     return n;
   }
 
@@ -647,7 +647,7 @@ export class TransferEngine implements CompletionSink {
       while (q.size > 0) {
         const s = q.peek();
         const b = sl.batch[s] as Batch;
-        const i = sl.idx[s];
+        const i = sl.f[s * SS + S_IDX];
         if (!b.open(i)) {
           // Its request settled (TIMEOUT, FAILED): the slice is dropped.
           q.shift();
@@ -689,31 +689,31 @@ export class TransferEngine implements CompletionSink {
     const qp = peer.qps[k];
     let region;
     try {
-      region = (b.remote[i] as RemoteBuffer).region(k, qp);
+      region = (b.remote(i) as RemoteBuffer).region(k, qp);
     } catch (err) {
       sl.release(s);
       this.settle(b, i, Task.FAILED, `rank ${peer.rank}'s key for the target buffer does not import: ${(err as Error).message}`);
       return;
     }
-    const off = sl.off[s];
-    const len = sl.len[s];
-    const mr = (b.local[i] as LocalBuffer).mr;
-    sl.path[s] = k;
-    sl.tries[s]++;
-    sl.flying[s] = 1;
+    const off = sl.f[s * SS + S_OFF];
+    const len = sl.f[s * SS + S_LEN];
+    const mr = (b.local(i) as LocalBuffer).mr;
+    sl.f[s * SS + S_PATH] = k;
+    sl.f[s * SS + S_TRIES]++;
+    sl.f[s * SS + S_FLYING] = 1;
     peer.inflight[k]++;
-    b.flying[i]++;
+    b.f[i * RS + R_FLYING]++;
     b.flyingTotal++;
-    if (b.status[i] === Task.PENDING) b.status[i] = Task.WAITING;
+    if (b.f[i * RS + R_STATUS] === Task.PENDING) b.f[i * RS + R_STATUS] = Task.WAITING;
     this.stats.slices++;
     try {
-      if (b.op[i] === OP_READ) qp.postRead(mr, b.localOff[i] + off, region, b.remoteOff[i] + off, len, s, true);
-      else qp.postWrite(mr, b.localOff[i] + off, region, b.remoteOff[i] + off, len, s, true);
+      if (b.f[i * RS + R_OP] === OP_READ) qp.postRead(mr, b.f[i * RS + R_LOCAL_OFF] + off, region, b.f[i * RS + R_REMOTE_OFF] + off, len, s, true);
+      else qp.postWrite(mr, b.f[i * RS + R_LOCAL_OFF] + off, region, b.f[i * RS + R_REMOTE_OFF] + off, len, s, true);
     } catch (err) {
       // A post that throws (the QP is gone) completes nothing: undo, and try another path.
-      sl.flying[s] = 0;
+      sl.f[s * SS + S_FLYING] = 0;
       peer.inflight[k]--;
-      b.flying[i]--;
+      b.f[i * RS + R_FLYING]--;
       b.flyingTotal--;
       this.pathDied(peer, k);
       this.retryOrFail(peer, s, b, i, (err as Error).message);
@@ -728,16 +728,16 @@ export class TransferEngine implements CompletionSink {
       const [b, i] = q.shift() as [Batch, number];
       n++;
       if (!b.open(i)) continue;
-      const l = b.local[i] as LocalBuffer;
-      const t = b.selfTarget[i] as LocalBuffer;
+      const l = b.local(i) as LocalBuffer;
+      const t = b.selfTarget(i) as LocalBuffer;
       if (!this.local.all.includes(t)) {
         this.settle(b, i, Task.FAILED, 'the target buffer of this rank was unregistered before the copy ran');
         continue;
       }
-      const toff = b.targetAddr[i] - t.addr;
-      const len = b.length[i];
-      if (b.op[i] === OP_READ) copyInto(l.bytes, b.localOff[i], t.bytes, toff, len);
-      else copyInto(t.bytes, toff, l.bytes, b.localOff[i], len);
+      const toff = b.f[i * RS + R_TARGET_ADDR] - t.addr;
+      const len = b.f[i * RS + R_LENGTH];
+      if (b.f[i * RS + R_OP] === OP_READ) copyInto(l.bytes, b.f[i * RS + R_LOCAL_OFF], t.bytes, toff, len);
+      else copyInto(t.bytes, toff, l.bytes, b.f[i * RS + R_LOCAL_OFF], len);
       this.stats.bytes += len;
       this.settle(b, i, Task.COMPLETED, undefined);
     }
@@ -759,26 +759,26 @@ export class TransferEngine implements CompletionSink {
     const s = cb.wrId[e];
     const b = sl.batch[s];
     // A completion of a slice already given up on this path (the path died and it moved on).
-    if (b === undefined || sl.flying[s] === 0 || sl.path[s] !== k || sl.rank[s] !== rank) return;
-    const i = sl.idx[s];
-    sl.flying[s] = 0;
+    if (b === undefined || sl.f[s * SS + S_FLYING] === 0 || sl.f[s * SS + S_PATH] !== k || sl.f[s * SS + S_RANK] !== rank) return;
+    const i = sl.f[s * SS + S_IDX];
+    sl.f[s * SS + S_FLYING] = 0;
     peer.inflight[k]--;
-    b.flying[i]--;
+    b.f[i * RS + R_FLYING]--;
     b.flyingTotal--;
     if (cb.status[e] === Status.SUCCESS) {
-      const len = sl.len[s];
+      const len = sl.f[s * SS + S_LEN];
       sl.release(s);
       if (b.open(i)) {
-        b.transferred[i] += len;
+        b.f[i * RS + R_TRANSFERRED] += len;
         this.stats.bytes += len;
-        if (--b.left[i] === 0) this.settle(b, i, Task.COMPLETED, undefined);
-      } else if (b.flying[i] === 0) this.release(b, i);
+        if (--b.f[i * RS + R_LEFT] === 0) this.settle(b, i, Task.COMPLETED, undefined);
+      } else if (b.f[i * RS + R_FLYING] === 0) this.release(b, i);
       return;
     }
     const err = cb.errors[e];
     if (!b.open(i)) {
       sl.release(s);
-      if (b.flying[i] === 0) this.release(b, i);
+      if (b.f[i * RS + R_FLYING] === 0) this.release(b, i);
       return;
     }
     if (cb.status[e] === Status.REMOTE_ACCESS) {
@@ -801,18 +801,18 @@ export class TransferEngine implements CompletionSink {
     const sl = this.slices;
     const why = peer.qps[k].error?.message ?? `path ${k} toward rank ${peer.rank} closed`;
     if (peer.inflight[k] > 0) {
-      for (let s = 0; s < sl.flying.length; s++) {
-        if (sl.flying[s] === 0 || sl.rank[s] !== peer.rank || sl.path[s] !== k) continue;
+      for (let s = 0; s < sl.capacity; s++) {
+        if (sl.f[s * SS + S_FLYING] === 0 || sl.f[s * SS + S_RANK] !== peer.rank || sl.f[s * SS + S_PATH] !== k) continue;
         const b = sl.batch[s] as Batch;
-        const i = sl.idx[s];
-        sl.flying[s] = 0;
+        const i = sl.f[s * SS + S_IDX];
+        sl.f[s * SS + S_FLYING] = 0;
         peer.inflight[k]--;
-        b.flying[i]--;
+        b.f[i * RS + R_FLYING]--;
         b.flyingTotal--;
         if (b.open(i)) this.retryOrFail(peer, s, b, i, why);
         else {
           sl.release(s);
-          if (b.flying[i] === 0) this.release(b, i);
+          if (b.f[i * RS + R_FLYING] === 0) this.release(b, i);
         }
       }
     }
@@ -830,7 +830,7 @@ export class TransferEngine implements CompletionSink {
   /** Queues slice s again on another path toward `peer`, or fails its request when none is left. */
   private retryOrFail(peer: Peer, s: number, b: Batch, i: number, why: string): void {
     const sl = this.slices;
-    if (peer.alive() && sl.tries[s] < peer.qps.length) {
+    if (peer.alive() && sl.f[s * SS + S_TRIES] < peer.qps.length) {
       this.stats.retries++;
       peer.queue.unshift(s);
       if (!peer.listed) {
@@ -841,7 +841,7 @@ export class TransferEngine implements CompletionSink {
       return;
     }
     sl.release(s);
-    this.settle(b, i, Task.FAILED, `slice of ${sl.len[s]} bytes at +${sl.off[s]} failed on ${sl.tries[s]} path(s) toward rank ${peer.rank}: ${why}`);
+    this.settle(b, i, Task.FAILED, `slice of ${sl.f[s * SS + S_LEN]} bytes at +${sl.f[s * SS + S_OFF]} failed on ${sl.f[s * SS + S_TRIES]} path(s) toward rank ${peer.rank}: ${why}`);
   }
 
   private deadReason(peer: Peer): string {
@@ -855,12 +855,12 @@ export class TransferEngine implements CompletionSink {
     for (const b of this.openBatches) {
       for (let i = 0; i < b.count; i++) {
         if (!b.open(i)) continue;
-        if (now < b.deadline[i]) {
-          if (b.deadline[i] < earliest) earliest = b.deadline[i];
+        if (now < b.f[i * RS + R_DEADLINE]) {
+          if (b.f[i * RS + R_DEADLINE] < earliest) earliest = b.f[i * RS + R_DEADLINE];
           continue;
         }
-        const seg = b.segment[i];
-        this.settle(b, i, Task.TIMEOUT, `not done within ${b.timeoutMs} ms (${b.transferred[i]} of ${b.length[i]} bytes moved) toward ${seg ? `segment '${seg.name}' of rank ${seg.rank}` : 'its target'}; raise the batch's timeoutMs if the target is just slow, else check that it is alive`);
+        const seg = b.segment(i);
+        this.settle(b, i, Task.TIMEOUT, `not done within ${b.timeoutMs} ms (${b.f[i * RS + R_TRANSFERRED]} of ${b.f[i * RS + R_LENGTH]} bytes moved) toward ${seg ? `segment '${seg.name}' of rank ${seg.rank}` : 'its target'}; raise the batch's timeoutMs if the target is just slow, else check that it is alive`);
       }
     }
     this.earliestDeadline = earliest;

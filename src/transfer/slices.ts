@@ -1,68 +1,70 @@
 /**
- * Slices: the pieces a request is cut into (sliceBytes each, the last one shorter), each
- * posted as one NIC READ or WRITE whose work-request id is the slice's index here. The table
- * is parallel typed arrays with a free list, and the per-peer queues are rings of indices, so
- * cutting, posting, completing and retrying a slice allocate nothing once warm.
+ * Slices: the pieces a request is cut into (its path's slice size each, the last one shorter),
+ * each posted as one NIC READ or WRITE whose work-request id is the slice's index here. A slice
+ * is one Float64Array record of SS numbers (one cache line; see batch.ts for why) plus its
+ * batch, with a free list; the per-peer queues are rings of indices. Cutting, posting,
+ * completing and retrying a slice allocate nothing once warm.
  */
 import type { Batch } from './batch.js';
 
+export const SS = 8;
+/** Request index in its batch. */
+export const S_IDX = 0;
+/** Byte offset inside the request. */
+export const S_OFF = 1;
+export const S_LEN = 2;
+/** Path (QP index toward the peer) it was last posted on. */
+export const S_PATH = 3;
+/** Paths tried so far (a failed path is retried on another). */
+export const S_TRIES = 4;
+/** 1 while posted on its path and not completed. */
+export const S_FLYING = 5;
+/** Target rank. */
+export const S_RANK = 6;
+
 export class SliceTable {
   batch: (Batch | undefined)[] = [];
-  /** Request index in its batch. */
-  idx = new Int32Array(0);
-  /** Byte offset inside the request. */
-  off = new Float64Array(0);
-  len = new Uint32Array(0);
-  /** Path (QP index toward the peer) it was last posted on. */
-  path = new Int16Array(0);
-  /** Paths tried so far (a failed path is retried on another). */
-  tries = new Uint8Array(0);
-  /** 1 while posted on `path` and not completed. */
-  flying = new Uint8Array(0);
-  /** Target rank. */
-  rank = new Int32Array(0);
+  f = new Float64Array(0);
   private free = new Int32Array(0);
   private nFree = 0;
   /** Slices allocated and not released. */
   live = 0;
 
+  /** Slots (allocated or free). */
+  get capacity(): number {
+    return this.batch.length;
+  }
+
   alloc(b: Batch, i: number, rank: number, off: number, len: number): number {
     if (this.nFree === 0) this.grow();
     const s = this.free[--this.nFree];
     this.batch[s] = b;
-    this.idx[s] = i;
-    this.rank[s] = rank;
-    this.off[s] = off;
-    this.len[s] = len;
-    this.path[s] = -1;
-    this.tries[s] = 0;
-    this.flying[s] = 0;
+    const o = s * SS;
+    const f = this.f;
+    f[o + S_IDX] = i;
+    f[o + S_OFF] = off;
+    f[o + S_LEN] = len;
+    f[o + S_PATH] = -1;
+    f[o + S_TRIES] = 0;
+    f[o + S_FLYING] = 0;
+    f[o + S_RANK] = rank;
     this.live++;
     return s;
   }
 
   release(s: number): void {
     this.batch[s] = undefined;
-    this.flying[s] = 0;
+    this.f[s * SS + S_FLYING] = 0;
     this.free[this.nFree++] = s;
     this.live--;
   }
 
   private grow(): void {
-    const old = this.idx.length;
+    const old = this.batch.length;
     const cap = Math.max(1024, old * 2);
-    const g = <T extends Int32Array | Float64Array | Uint32Array | Int16Array | Uint8Array>(a: T, make: new (n: number) => T): T => {
-      const b = new make(cap);
-      b.set(a);
-      return b;
-    };
-    this.idx = g(this.idx, Int32Array);
-    this.off = g(this.off, Float64Array);
-    this.len = g(this.len, Uint32Array);
-    this.path = g(this.path, Int16Array);
-    this.tries = g(this.tries, Uint8Array);
-    this.flying = g(this.flying, Uint8Array);
-    this.rank = g(this.rank, Int32Array);
+    const f = new Float64Array(cap * SS);
+    f.set(this.f);
+    this.f = f;
     const free = new Int32Array(cap);
     free.set(this.free.subarray(0, this.nFree));
     // New slots are handed out lowest first.
