@@ -4,6 +4,7 @@
  * methods, and copyrpc on the same device (`rpc()`). Each collective has a Promise form and a
  * `...Sync` form that busy-polls the calling thread (lowest latency; it blocks the event loop).
  */
+import { WeftError } from '../errors.js';
 import { joinJob, type InitOptions } from './bootstrap.js';
 import { JobMember, type JobParts } from './member.js';
 import { hierarchyOf } from './hierarchy.js';
@@ -22,6 +23,8 @@ const CLOSE_TAG = 0xffffffff;
 export class ProcessGroup extends withCollectives(JobMember) {
   private rpcEngine: RpcEngine | undefined;
   private transferEngine: Promise<TransferEngine> | undefined;
+  /** The engine once open (closeUsers closes it without waiting). */
+  private openedEngine: TransferEngine | undefined;
   /**
    * A job that spans hosts: the subgroups its hierarchical collectives run on (this rank's
    * host, the hosts' leaders, the ranks with this local rank on every host). Undefined on
@@ -122,9 +125,9 @@ export class ProcessGroup extends withCollectives(JobMember) {
     if (!this.transport.failure && !this.transport.closed && this.size > 1) {
       await C.barrier(this, { tag: CLOSE_TAG, timeoutMs: options.timeoutMs ?? 5000, signal: options.signal }).catch(() => {});
     }
-    // After the barrier: no peer still moves data to or from this rank's segment.
-    const engine = await this.transferEngine?.catch(() => undefined);
-    await engine?.close();
+    // After the barrier: no peer still moves data to or from this rank's segment. An engine
+    // still opening is not waited for (it closes itself when it opens, see transfer()).
+    await this.openedEngine?.close();
     await super.close(options);
   }
 
@@ -181,7 +184,15 @@ export class ProcessGroup extends withCollectives(JobMember) {
         return this.transfer(options);
       });
     }
-    const next = TransferEngine.open(this, options);
+    const next = TransferEngine.open(this, options).then(async (e) => {
+      // Opened while the context closed: it must not outlive the device.
+      if (this.closing) {
+        await e.close();
+        throw new WeftError('ECLOSED', `rank ${this.rank}: transfer(): the context was closed while the engine opened`);
+      }
+      this.openedEngine = e;
+      return e;
+    });
     this.transferEngine = next;
     next.catch(() => {
       if (this.transferEngine === next) this.transferEngine = undefined;
@@ -191,6 +202,7 @@ export class ProcessGroup extends withCollectives(JobMember) {
 
   protected override closeUsers(): void {
     this.rpcEngine?.close();
+    this.openedEngine?.closeNow();
   }
 }
 

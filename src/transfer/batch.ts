@@ -45,6 +45,12 @@ export const O_SELF = 3;
 
 export class Batch {
   id = 0;
+  /**
+   * Grows at every reuse: queued slices, descriptor waits and own-segment copies carry the
+   * generation they were made for, and one of an earlier use is dropped, never applied to the
+   * request that now has its index.
+   */
+  gen = 0;
   /** Requests submitted so far. */
   count = 0;
   /** Requests PENDING or WAITING. */
@@ -71,6 +77,7 @@ export class Batch {
     this.reason.fill(undefined, 0, n);
     this.f.fill(0, 0, n * RS);
     this.id = id;
+    this.gen++;
     this.count = 0;
     this.unsettled = 0;
     this.flyingTotal = 0;
@@ -80,6 +87,11 @@ export class Batch {
 
   status(i: number): number {
     return this.f[i * RS + R_STATUS];
+  }
+
+  /** True while request i of generation `gen` is PENDING or WAITING. */
+  live(i: number, gen: number): boolean {
+    return this.gen === gen && this.open(i);
   }
 
   /** True while request i is PENDING or WAITING. */

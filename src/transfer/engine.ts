@@ -30,8 +30,8 @@ import { LocalMemory, type LocalBuffer } from './local-memory.js';
 import { PassiveProgress } from './passive-progress.js';
 import { closePath, connectPaths, type TransferGroup } from './paths.js';
 import { RemoteSegment, type RemoteBuffer } from './remote-segment.js';
-import { decodeSegmentDesc, encodeSegmentDesc, rkeyHex, SEGMENT_PROTOCOL, segmentKey, type PriorityMatrix, type SegmentDesc } from './segment-desc.js';
-import { S_FLYING, S_IDX, S_LEN, S_OFF, S_PATH, S_RANK, S_TRIES, SliceQueue, SliceTable, SS } from './slices.js';
+import { decodeSegmentDesc, encodeSegmentDesc, rkeyHex, SEGMENT_PROTOCOL, segmentKey, setOwn, type PriorityMatrix, type SegmentDesc } from './segment-desc.js';
+import { S_FLYING, S_GEN, S_IDX, S_LEN, S_OFF, S_PATH, S_RANK, S_TRIES, SliceQueue, SliceTable, SS } from './slices.js';
 import { Task, TASK_STATUS, type BatchID, type SegmentID, type TransferRequest, type TransferStatus } from './types.js';
 
 /** Options of `TransferEngine.open` (every rank passes the same qpsPerPeer). */
@@ -150,8 +150,9 @@ export class TransferEngine implements CompletionSink {
   private readonly slices = new SliceTable();
   /** Peers with queued slices. */
   private readonly active: Peer[] = [];
-  /** Requests to this rank's own segment: copied by progress (batch, index). */
-  private readonly selfQueue: [Batch, number][] = [];
+  /** Requests to this rank's own segment, copied by progress: (batch, index, generation) from selfHead on. */
+  private selfQueue: [Batch, number, number][] = [];
+  private selfHead = 0;
   private readonly batches = new Map<number, Batch>();
   private readonly pool = new Map<number, Batch[]>();
   /** Batches with open requests (deadline checks). */
@@ -160,13 +161,23 @@ export class TransferEngine implements CompletionSink {
   private readonly segments = new Map<number, RemoteSegment>();
   private readonly segmentIds = new Map<string, number>();
   private nextSegmentId = 1;
-  /** Open requests waiting for a segment's refreshed descriptor. */
-  private readonly waitingDesc = new Map<RemoteSegment, [Batch, number][]>();
+  /** Open requests waiting for a segment's refreshed descriptor (batch, index, generation). */
+  private readonly waitingDesc = new Map<RemoteSegment, [Batch, number, number][]>();
+  /**
+   * Slices refused by the target (a stale key: the owner unregistered and registered again)
+   * waiting for the re-read descriptor: (batch, index, generation, slice, the buffer it used).
+   */
+  private readonly accessRetry = new Map<RemoteSegment, [Batch, number, number, number, RemoteBuffer][]>();
   private readonly priority: PriorityMatrix;
   private version = 0;
   private publishing: Promise<void> = Promise.resolve();
   private readonly passive: PassiveProgress | undefined;
   private background = false;
+  /** performance.now() at which the armed background waiter's deadline falls. */
+  private armedAt = Infinity;
+  private readonly location: string;
+  /** Tells this engine's descriptors from those of an earlier engine under the same name. */
+  private readonly instance = `${process.pid}-${Date.now().toString(36)}-${Math.floor(Math.random() * 1e9).toString(36)}`;
   private pumping = false;
   private nextPathCheck = 0;
   /** The earliest deadline of an open request (Infinity when none). */
@@ -188,6 +199,7 @@ export class TransferEngine implements CompletionSink {
     this.pathDepth = options.pathDepth;
     this.requestTimeoutMs = options.requestTimeoutMs;
     this.priority = options.priorityMatrix;
+    this.location = options.location;
     this.local = new LocalMemory(group.router.device, this.label);
     this.passive = passive;
     for (let p = 0; p < group.size; p++) {
@@ -211,9 +223,10 @@ export class TransferEngine implements CompletionSink {
    */
   static async open(group: TransferGroup, options: TransferEngineOptions = {}): Promise<TransferEngine> {
     const where = `rank ${group.rank}: TransferEngine.open`;
-    const o = checkOptions(where, group, options);
+    // Counted before anything can fail here, so that every rank's next open uses the same keys.
     const epoch = (opens.get(group) ?? 0) + 1;
     opens.set(group, epoch);
+    const o = checkOptions(where, group, options);
     const device = group.router.device;
     const passive = device.provider === 'shm' ? undefined : new PassiveProgress(group.router, `${where}: serving peers' one-sided access`);
     // The sink exists before the engine does: completions may route as soon as QPs are attached.
@@ -257,10 +270,10 @@ export class TransferEngine implements CompletionSink {
    * buffer's address in the segment (`addr`). Peers that cached the descriptor see the new
    * buffer when a request misses their copy.
    */
-  async registerLocalMemory(view: ArrayBufferView, location = 'cpu:0'): Promise<number> {
+  async registerLocalMemory(view: ArrayBufferView, location = this.location): Promise<number> {
     this.checkOpen('registerLocalMemory');
     const buf = this.local.register(view, location);
-    if (!this.priority[location]) this.priority[location] = [[DEVICE_NAME], []];
+    if (!Object.hasOwn(this.priority, location)) setOwn(this.priority, location, [[DEVICE_NAME], []]);
     try {
       await this.publish();
     } catch (err) {
@@ -290,6 +303,7 @@ export class TransferEngine implements CompletionSink {
     const dev = this.group.router.device;
     return {
       protocol: SEGMENT_PROTOCOL,
+      instance: this.instance,
       name: this.name,
       rank: this.group.rank,
       host: this.group.hosts.ranks[this.group.rank]?.hostName ?? hostname(),
@@ -374,9 +388,17 @@ export class TransferEngine implements CompletionSink {
     return desc;
   }
 
-  /** Re-reads a segment's descriptor for the requests that missed the cached copy. */
+  /**
+   * Re-reads a segment's descriptor for the requests that missed the cached copy and for slices
+   * the target refused. Requests that join while a read is under way wait for the next one: a
+   * read issued before they were submitted may predate the buffer they want.
+   */
   private refresh(seg: RemoteSegment): void {
     if (seg.refreshing) return;
+    const waiting = this.waitingDesc.get(seg) ?? [];
+    this.waitingDesc.delete(seg);
+    const refused = this.accessRetry.get(seg) ?? [];
+    this.accessRetry.delete(seg);
     seg.refreshing = (async () => {
       let err: unknown;
       try {
@@ -385,15 +407,39 @@ export class TransferEngine implements CompletionSink {
         err = e;
       }
       seg.refreshing = undefined;
-      const waiting = this.waitingDesc.get(seg) ?? [];
-      this.waitingDesc.delete(seg);
       if (this.isClosed) return;
-      for (const [b, i] of waiting) {
-        if (b.f[i * RS + R_STATUS] !== Task.PENDING) continue;
-        const buf = seg.find(b.f[i * RS + R_TARGET_ADDR], b.f[i * RS + R_LENGTH]);
+      const now = performance.now();
+      for (const [b, i, gen] of waiting) {
+        if (!b.live(i, gen) || b.status(i) !== Task.PENDING) continue;
+        if (now >= b.f[i * RS + R_DEADLINE]) {
+          this.settle(b, i, Task.TIMEOUT, this.timeoutReason(b, i));
+          continue;
+        }
+        const addr = b.f[i * RS + R_TARGET_ADDR];
+        const len = b.f[i * RS + R_LENGTH];
+        const buf = seg.find(addr, len);
         if (buf) this.start(b, i, seg, buf);
-        else this.settle(b, i, Task.INVALID, err ? `segment '${seg.name}': its descriptor could not be re-read: ${(err as Error).message}` : this.notInSegment(seg, b.f[i * RS + R_TARGET_ADDR], b.f[i * RS + R_LENGTH]));
+        else this.settle(b, i, Task.INVALID, err ? `segment '${seg.name}': its descriptor could not be re-read: ${(err as Error).message}` : this.notInSegment(seg, addr, len));
       }
+      for (const [b, i, gen, sl, used] of refused) {
+        if (!b.live(i, gen)) {
+          this.dropSlice(sl, b, i);
+          continue;
+        }
+        const addr = b.f[i * RS + R_TARGET_ADDR];
+        const fresh = seg.find(addr, b.f[i * RS + R_LENGTH]);
+        if (fresh !== undefined && fresh !== used) {
+          // Registered again under a new key: the request goes on with it.
+          b.refs[i * RO + O_REMOTE] = fresh;
+          b.f[i * RS + R_REMOTE_OFF] = fresh.offset + (addr - fresh.addr);
+          this.requeue(this.peers[seg.rank] as Peer, sl);
+        } else {
+          this.slices.release(sl);
+          this.settle(b, i, Task.FAILED, `rank ${seg.rank} refused the access: the target buffer is no longer registered there${fresh ? ' (its descriptor still lists it; the owner may have changed it without publishing)' : ''}${err ? `, and its descriptor could not be re-read: ${(err as Error).message}` : ''}`);
+        }
+      }
+      // Requests that arrived during the read want a read of their own.
+      if (this.waitingDesc.has(seg) || this.accessRetry.has(seg)) this.refresh(seg);
       // Waiters whose batches just settled here must be looked at again.
       this.group.router.kick();
       this.kickProgress();
@@ -447,21 +493,35 @@ export class TransferEngine implements CompletionSink {
     if (!Array.isArray(entries)) throw new WeftError('EINVAL', `${this.label}: submitTransfer: entries must be an array of requests, got ${describeValue(entries)}`);
     if (b.count + entries.length > b.capacity) throw new WeftError('EINVAL', `${this.label}: submitTransfer: batch ${batch} holds ${b.capacity} request(s), ${b.count} submitted already, ${entries.length} more given`);
     const now = performance.now();
-    for (let k = 0; k < entries.length; k++) {
-      const i = b.count++;
-      b.f[i * RS + R_STATUS] = Task.PENDING;
-      b.unsettled++;
-      b.f[i * RS + R_TRANSFERRED] = 0;
-      b.f[i * RS + R_DEADLINE] = now + b.timeoutMs;
-      if (b.f[i * RS + R_DEADLINE] < this.earliestDeadline) this.earliestDeadline = b.f[i * RS + R_DEADLINE];
-      b.f[i * RS + R_LEFT] = 0;
-      b.f[i * RS + R_FLYING] = 0;
-      b.f[i * RS + R_RELEASED] = 1;
-      this.stats.submitted++;
-      this.accept(b, i, entries[k]);
+    const deadline = now + b.timeoutMs;
+    try {
+      for (let k = 0; k < entries.length; k++) {
+        const i = b.count++;
+        const o = i * RS;
+        b.f[o + R_STATUS] = Task.PENDING;
+        b.unsettled++;
+        b.f[o + R_TRANSFERRED] = 0;
+        b.f[o + R_DEADLINE] = deadline;
+        b.f[o + R_LEFT] = 0;
+        b.f[o + R_FLYING] = 0;
+        b.f[o + R_RELEASED] = 1;
+        this.stats.submitted++;
+        try {
+          this.accept(b, i, entries[k]);
+        } catch (err) {
+          // A request whose fields throw when read (a getter, a detached buffer's view).
+          this.settle(b, i, Task.INVALID, `the request could not be read: ${(err as Error).message}`);
+        }
+      }
+    } finally {
+      if (b.unsettled > 0) {
+        this.openBatches.add(b);
+        if (deadline < this.earliestDeadline) this.earliestDeadline = deadline;
+      }
+      // The armed progress waiter sleeps until an older deadline: let it re-arm.
+      if (this.background && this.earliestDeadline < this.armedAt) this.group.router.kick();
+      this.kickProgress();
     }
-    if (b.unsettled > 0) this.openBatches.add(b);
-    this.kickProgress();
   }
 
   /** Checks request `r` as entry i of b; queues it, or settles it INVALID. */
@@ -487,20 +547,21 @@ export class TransferEngine implements CompletionSink {
     b.refs[i * RO + O_SEGMENT] = seg;
     b.f[i * RS + R_RELEASED] = 0;
     lbuf.inflight++;
-    if (len === 0) return this.settle(b, i, Task.COMPLETED, undefined);
     if (seg.rank === this.group.rank) {
-      const t = this.local.findAddress(addr, len);
+      // A 0-byte request is checked like a 1-byte one: its address must be inside a buffer.
+      const t = this.local.findAddress(addr, Math.max(1, len));
       if (t === undefined) return this.settle(b, i, Task.INVALID, this.notInSegment(new RemoteSegment(0, this.name, seg.rank, this.descriptor), addr, len));
+      if (len === 0) return this.settle(b, i, Task.COMPLETED, undefined);
       b.refs[i * RO + O_SELF] = t;
-      this.selfQueue.push([b, i]);
+      this.selfQueue.push([b, i, b.gen]);
       return;
     }
-    const rbuf = seg.find(addr, len);
+    const rbuf = seg.find(addr, Math.max(1, len));
     if (rbuf !== undefined) return this.start(b, i, seg, rbuf);
-    // Not in the cached copy: the owner may have registered it since. Re-read once.
+    // Not in the cached copy: the owner may have registered it since. Re-read it.
     let list = this.waitingDesc.get(seg);
     if (!list) this.waitingDesc.set(seg, (list = []));
-    list.push([b, i]);
+    list.push([b, i, b.gen]);
     this.refresh(seg);
   }
 
@@ -508,9 +569,13 @@ export class TransferEngine implements CompletionSink {
   private start(b: Batch, i: number, seg: RemoteSegment, rbuf: RemoteBuffer): void {
     const peer = this.peers[seg.rank];
     if (peer === undefined) return this.settle(b, i, Task.INVALID, `segment '${seg.name}' belongs to rank ${seg.rank}, toward which this engine has no path`);
-    b.refs[i * RO + O_REMOTE] = rbuf;
-    b.f[i * RS + R_REMOTE_OFF] = rbuf.offset + (b.f[i * RS + R_TARGET_ADDR] - rbuf.addr);
     const len = b.f[i * RS + R_LENGTH];
+    if (len === 0) return this.settle(b, i, Task.COMPLETED, undefined);
+    const remoteOff = rbuf.offset + (b.f[i * RS + R_TARGET_ADDR] - rbuf.addr);
+    // The NIC addresses regions with 32-bit offsets (regions are at most 4 GiB).
+    if (remoteOff + len > 2 ** 32 || b.f[i * RS + R_LOCAL_OFF] + len > 2 ** 32) return this.settle(b, i, Task.INVALID, `the request reaches past 4 GiB into a registered region (target offset ${remoteOff}, source offset ${b.f[i * RS + R_LOCAL_OFF]}, length ${len}); split it`);
+    b.refs[i * RO + O_REMOTE] = rbuf;
+    b.f[i * RS + R_REMOTE_OFF] = remoteOff;
     const sb = peer.sliceBytes;
     const n = Math.ceil(len / sb);
     b.f[i * RS + R_LEFT] = n;
@@ -548,9 +613,10 @@ export class TransferEngine implements CompletionSink {
   /**
    * The state of every request of the batch, in submit order (the note's getTransferStatus).
    * Drives progress first. Pass `out` to reuse its objects (no allocation once it is long enough).
+   * Works after close(), to read why requests failed.
    */
   getTransferStatus(batch: BatchID, out: TransferStatus[] = []): TransferStatus[] {
-    const b = this.batchOf(batch, 'getTransferStatus');
+    const b = this.batchOf(batch, 'getTransferStatus', true);
     this.pump();
     out.length = b.count;
     for (let i = 0; i < b.count; i++) {
@@ -564,34 +630,39 @@ export class TransferEngine implements CompletionSink {
   }
 
   /**
-   * Resolves when no request of the batch is PENDING or WAITING, to how many did not complete
-   * (0: all COMPLETED; read getTransferStatus for why the others did not). Rejects with
-   * ETIMEDOUT / EABORTED (the requests keep their own timeout) or ECLOSED.
+   * Resolves once no request of the batch is PENDING or WAITING and none of its slices is still
+   * in the NIC (so no byte of it lands after this), to how many requests did not complete (0:
+   * all COMPLETED; getTransferStatus says why the others did not). Rejects with ETIMEDOUT /
+   * EABORTED (the requests keep their own timeout), ECLOSED, or EINVAL when the batch is freed
+   * meanwhile.
    */
   waitBatch(batch: BatchID, options: WaitOptions = {}): Promise<number> {
     let b: Batch;
+    let deadline: Deadline;
     try {
       b = this.batchOf(batch, 'waitBatch');
+      deadline = new Deadline(options.timeoutMs, options.signal);
     } catch (err) {
       return Promise.reject(err);
     }
-    const ready = () => {
-      if (this.isClosed) throw new WeftError('ECLOSED', `${this.label}: waitBatch(${batch}): the engine was closed`);
-      this.pump();
-      return b.unsettled === 0;
-    };
-    return this.group.router.waitAsync(ready, { deadline: new Deadline(options.timeoutMs, options.signal), what: `${this.label}: waitBatch(${batch})` }).then(() => this.notCompleted(b));
+    const ready = () => this.batchDone(b, batch, 'waitBatch');
+    return this.group.router.waitAsync(ready, { deadline, what: `${this.label}: waitBatch(${batch})` }).then(() => this.notCompleted(b));
   }
 
   /** waitBatch that blocks the thread (busy-polls, then sleeps through the one waiting loop); lowest latency. */
   waitBatchSync(batch: BatchID, options: WaitOptions = {}): number {
     const b = this.batchOf(batch, 'waitBatchSync');
-    const ready = () => {
-      this.pump();
-      return b.unsettled === 0;
-    };
-    this.group.router.waitSync(ready, { deadline: new Deadline(options.timeoutMs, options.signal), what: `${this.label}: waitBatchSync(${batch})` });
+    const deadline = new Deadline(options.timeoutMs, options.signal);
+    this.group.router.waitSync(() => this.batchDone(b, batch, 'waitBatchSync'), { deadline, what: `${this.label}: waitBatchSync(${batch})` });
     return this.notCompleted(b);
+  }
+
+  /** A wait's condition: progress, then whether batch `id` (still b) is settled and quiet. */
+  private batchDone(b: Batch, id: number, what: string): boolean {
+    if (this.isClosed) throw new WeftError('ECLOSED', `${this.label}: ${what}(${id}): the engine was closed`);
+    if (b.id !== id || b.freed) throw new WeftError('EINVAL', `${this.label}: ${what}(${id}): the batch was freed while waited for`);
+    this.pump();
+    return b.unsettled === 0 && b.flyingTotal === 0;
   }
 
   private notCompleted(b: Batch): number {
@@ -600,8 +671,8 @@ export class TransferEngine implements CompletionSink {
     return n;
   }
 
-  private batchOf(batch: BatchID, what: string): Batch {
-    this.checkOpen(what);
+  private batchOf(batch: BatchID, what: string, afterClose = false): Batch {
+    if (!afterClose) this.checkOpen(what);
     const b = this.batches.get(batch);
     if (b === undefined) throw new WeftError('EINVAL', `${this.label}: ${what}: batch ${String(batch)} is not allocated (freed already, or not from allocateBatchID of this engine)`);
     return b;
@@ -615,9 +686,14 @@ export class TransferEngine implements CompletionSink {
     this.pumping = true;
     try {
       const router = this.group.router;
+      // A request past its deadline times out before anything more of it runs.
+      if (this.earliestDeadline !== Infinity) {
+        const now = performance.now();
+        if (now >= this.earliestDeadline) this.checkDeadlines(now);
+      }
       for (let round = 0; round < PUMP_ROUNDS; round++) {
         let moved = this.active.length > 0 ? this.postQueued() : 0;
-        if (this.selfQueue.length > 0) moved += this.copySelf();
+        if (this.selfHead < this.selfQueue.length) moved += this.copySelf();
         moved += router.poll();
         if (moved === 0) break;
       }
@@ -629,15 +705,26 @@ export class TransferEngine implements CompletionSink {
           this.checkPaths();
         }
       }
+      // Out of rounds with work left: the shared loop must come back at once, not sleep.
+      if (this.selfHead < this.selfQueue.length || this.postable()) router.kick();
     } finally {
       this.pumping = false;
     }
+  }
+
+  /** True when some queued slice has a path with room. */
+  private postable(): boolean {
+    for (const peer of this.active) {
+      for (let k = 0; k < peer.qps.length; k++) if (peer.dead[k] === 0 && peer.inflight[k] < this.pathDepth) return true;
+    }
+    return false;
   }
 
   /** Posts from each active peer's queue while its paths have room; returns how many. */
   private postQueued(): number {
     const act = this.active;
     const sl = this.slices;
+    const f = sl.f;
     const depth = this.pathDepth;
     let posted = 0;
     for (let a = 0; a < act.length; a++) {
@@ -647,9 +734,9 @@ export class TransferEngine implements CompletionSink {
       while (q.size > 0) {
         const s = q.peek();
         const b = sl.batch[s] as Batch;
-        const i = sl.f[s * SS + S_IDX];
-        if (!b.open(i)) {
-          // Its request settled (TIMEOUT, FAILED): the slice is dropped.
+        const i = f[s * SS + S_IDX];
+        if (!b.live(i, f[s * SS + S_GEN])) {
+          // Its request settled (TIMEOUT, FAILED), or its batch was freed since: dropped.
           q.shift();
           sl.release(s);
           continue;
@@ -695,12 +782,13 @@ export class TransferEngine implements CompletionSink {
       this.settle(b, i, Task.FAILED, `rank ${peer.rank}'s key for the target buffer does not import: ${(err as Error).message}`);
       return;
     }
-    const off = sl.f[s * SS + S_OFF];
-    const len = sl.f[s * SS + S_LEN];
+    const o = s * SS;
+    const off = sl.f[o + S_OFF];
+    const len = sl.f[o + S_LEN];
     const mr = (b.local(i) as LocalBuffer).mr;
-    sl.f[s * SS + S_PATH] = k;
-    sl.f[s * SS + S_TRIES]++;
-    sl.f[s * SS + S_FLYING] = 1;
+    sl.f[o + S_PATH] = k;
+    sl.f[o + S_TRIES]++;
+    sl.f[o + S_FLYING] = 1;
     peer.inflight[k]++;
     b.f[i * RS + R_FLYING]++;
     b.flyingTotal++;
@@ -710,13 +798,19 @@ export class TransferEngine implements CompletionSink {
       if (b.f[i * RS + R_OP] === OP_READ) qp.postRead(mr, b.f[i * RS + R_LOCAL_OFF] + off, region, b.f[i * RS + R_REMOTE_OFF] + off, len, s, true);
       else qp.postWrite(mr, b.f[i * RS + R_LOCAL_OFF] + off, region, b.f[i * RS + R_REMOTE_OFF] + off, len, s, true);
     } catch (err) {
-      // A post that throws (the QP is gone) completes nothing: undo, and try another path.
-      sl.f[s * SS + S_FLYING] = 0;
+      // A post that throws completes nothing: undo. A QP that is gone is a dead path (the slice
+      // goes to another); a live QP refusing the arguments is this request's fault alone.
+      sl.f[o + S_FLYING] = 0;
       peer.inflight[k]--;
       b.f[i * RS + R_FLYING]--;
       b.flyingTotal--;
-      this.pathDied(peer, k);
-      this.retryOrFail(peer, s, b, i, (err as Error).message);
+      if (qp.state !== 'ready') {
+        this.pathDied(peer, k);
+        this.retryOrFail(peer, s, b, i, (err as Error).message);
+      } else {
+        sl.release(s);
+        this.settle(b, i, Task.FAILED, `the NIC refused the slice: ${(err as Error).message}`);
+      }
     }
   }
 
@@ -724,10 +818,10 @@ export class TransferEngine implements CompletionSink {
   private copySelf(): number {
     const q = this.selfQueue;
     let n = 0;
-    while (q.length > 0 && n < 64) {
-      const [b, i] = q.shift() as [Batch, number];
+    while (this.selfHead < q.length && n < 64) {
+      const [b, i, gen] = q[this.selfHead++];
       n++;
-      if (!b.open(i)) continue;
+      if (!b.live(i, gen)) continue;
       const l = b.local(i) as LocalBuffer;
       const t = b.selfTarget(i) as LocalBuffer;
       if (!this.local.all.includes(t)) {
@@ -735,11 +829,23 @@ export class TransferEngine implements CompletionSink {
         continue;
       }
       const toff = b.f[i * RS + R_TARGET_ADDR] - t.addr;
+      const loff = b.f[i * RS + R_LOCAL_OFF];
       const len = b.f[i * RS + R_LENGTH];
-      if (b.f[i * RS + R_OP] === OP_READ) copyInto(l.bytes, b.f[i * RS + R_LOCAL_OFF], t.bytes, toff, len);
-      else copyInto(t.bytes, toff, l.bytes, b.f[i * RS + R_LOCAL_OFF], len);
+      try {
+        // Within one buffer the ranges may overlap: copyWithin moves as memmove does.
+        if (l === t) l.bytes.copyWithin(b.f[i * RS + R_OP] === OP_READ ? loff : toff, b.f[i * RS + R_OP] === OP_READ ? toff : loff, (b.f[i * RS + R_OP] === OP_READ ? toff : loff) + len);
+        else if (b.f[i * RS + R_OP] === OP_READ) copyInto(l.bytes, loff, t.bytes, toff, len);
+        else copyInto(t.bytes, toff, l.bytes, loff, len);
+      } catch (err) {
+        this.settle(b, i, Task.FAILED, `the copy within this rank failed: ${(err as Error).message}`);
+        continue;
+      }
       this.stats.bytes += len;
       this.settle(b, i, Task.COMPLETED, undefined);
+    }
+    if (this.selfHead === q.length) {
+      this.selfQueue = [];
+      this.selfHead = 0;
     }
     return n;
   }
@@ -757,16 +863,22 @@ export class TransferEngine implements CompletionSink {
     }
     const sl = this.slices;
     const s = cb.wrId[e];
+    const o = s * SS;
     const b = sl.batch[s];
-    // A completion of a slice already given up on this path (the path died and it moved on).
-    if (b === undefined || sl.f[s * SS + S_FLYING] === 0 || sl.f[s * SS + S_PATH] !== k || sl.f[s * SS + S_RANK] !== rank) return;
-    const i = sl.f[s * SS + S_IDX];
-    sl.f[s * SS + S_FLYING] = 0;
+    // A completion of a slice given up on this path already (the path died and it moved on).
+    if (b === undefined || sl.f[o + S_FLYING] === 0 || sl.f[o + S_PATH] !== k || sl.f[o + S_RANK] !== rank) return;
+    const i = sl.f[o + S_IDX];
+    sl.f[o + S_FLYING] = 0;
     peer.inflight[k]--;
+    if (b.gen !== sl.f[o + S_GEN]) {
+      // Of a batch freed and reused since (it was not pooled while this flew: see freeBatchID).
+      sl.release(s);
+      return;
+    }
     b.f[i * RS + R_FLYING]--;
     b.flyingTotal--;
     if (cb.status[e] === Status.SUCCESS) {
-      const len = sl.f[s * SS + S_LEN];
+      const len = sl.f[o + S_LEN];
       sl.release(s);
       if (b.open(i)) {
         b.f[i * RS + R_TRANSFERRED] += len;
@@ -777,45 +889,67 @@ export class TransferEngine implements CompletionSink {
     }
     const err = cb.errors[e];
     if (!b.open(i)) {
-      sl.release(s);
-      if (b.f[i * RS + R_FLYING] === 0) this.release(b, i);
+      this.dropSlice(s, b, i);
       return;
     }
     if (cb.status[e] === Status.REMOTE_ACCESS) {
+      const seg = b.segment(i) as RemoteSegment;
+      const used = b.remote(i) as RemoteBuffer;
+      if (seg.buffers.includes(used)) {
+        // The cached key may be stale (the owner registered the bytes again): re-read the
+        // descriptor, then go on with the new key or fail (refresh).
+        let list = this.accessRetry.get(seg);
+        if (!list) this.accessRetry.set(seg, (list = []));
+        list.push([b, i, b.gen, s, used]);
+        this.refresh(seg);
+        return;
+      }
       sl.release(s);
-      this.settle(b, i, Task.FAILED, `rank ${rank} refused the access (the target buffer is no longer registered there, or its key is stale): ${err?.message ?? 'remote access error'}`);
+      this.settle(b, i, Task.FAILED, `rank ${rank} refused the access (the target buffer is no longer registered there): ${err?.message ?? 'remote access error'}`);
       return;
     }
     if (peer.qps[k].state !== 'ready') this.pathDied(peer, k);
     this.retryOrFail(peer, s, b, i, err?.message ?? `status ${cb.status[e]}`);
   }
 
+  /** Drops a slice whose request settled meanwhile; the request lets go of its source when none flies. */
+  private dropSlice(s: number, b: Batch, i: number): void {
+    this.slices.release(s);
+    if (b.gen === this.slices.f[s * SS + S_GEN] && b.f[i * RS + R_FLYING] === 0) this.release(b, i);
+  }
+
   /**
    * Path k toward `peer` is gone (its QP failed or closed): the slices still flying on it may
    * never complete (a closed QP reports nothing of what the fabric had), so each goes to
-   * another path now; a late completion of one is recognised by its path and dropped.
+   * another path now; a late completion of one is recognised by its path and dropped. Limit: on
+   * a QP closed under the engine, a fabric operation already issued may still run, so a slice
+   * can land twice (the same bytes).
    */
   private pathDied(peer: Peer, k: number): void {
     if (peer.dead[k] === 1) return;
     peer.dead[k] = 1;
     const sl = this.slices;
+    const f = sl.f;
     const why = peer.qps[k].error?.message ?? `path ${k} toward rank ${peer.rank} closed`;
     if (peer.inflight[k] > 0) {
       for (let s = 0; s < sl.capacity; s++) {
-        if (sl.f[s * SS + S_FLYING] === 0 || sl.f[s * SS + S_RANK] !== peer.rank || sl.f[s * SS + S_PATH] !== k) continue;
+        const o = s * SS;
+        if (f[o + S_FLYING] === 0 || f[o + S_RANK] !== peer.rank || f[o + S_PATH] !== k) continue;
         const b = sl.batch[s] as Batch;
-        const i = sl.f[s * SS + S_IDX];
-        sl.f[s * SS + S_FLYING] = 0;
+        const i = f[o + S_IDX];
+        f[o + S_FLYING] = 0;
         peer.inflight[k]--;
+        if (b.gen !== f[o + S_GEN]) {
+          sl.release(s);
+          continue;
+        }
         b.f[i * RS + R_FLYING]--;
         b.flyingTotal--;
         if (b.open(i)) this.retryOrFail(peer, s, b, i, why);
-        else {
-          sl.release(s);
-          if (b.f[i * RS + R_FLYING] === 0) this.release(b, i);
-        }
+        else this.dropSlice(s, b, i);
       }
     }
+    this.group.router.kick();
     this.kickProgress();
   }
 
@@ -827,21 +961,29 @@ export class TransferEngine implements CompletionSink {
     }
   }
 
+  /** Queues slice s again, first, toward `peer`. */
+  private requeue(peer: Peer, s: number): void {
+    peer.queue.unshift(s);
+    if (!peer.listed) {
+      peer.listed = true;
+      this.active.push(peer);
+    }
+    this.kickProgress();
+  }
+
   /** Queues slice s again on another path toward `peer`, or fails its request when none is left. */
   private retryOrFail(peer: Peer, s: number, b: Batch, i: number, why: string): void {
     const sl = this.slices;
     if (peer.alive() && sl.f[s * SS + S_TRIES] < peer.qps.length) {
       this.stats.retries++;
-      peer.queue.unshift(s);
-      if (!peer.listed) {
-        peer.listed = true;
-        this.active.push(peer);
-      }
-      this.kickProgress();
+      this.requeue(peer, s);
       return;
     }
+    const tries = sl.f[s * SS + S_TRIES];
+    const len = sl.f[s * SS + S_LEN];
+    const off = sl.f[s * SS + S_OFF];
     sl.release(s);
-    this.settle(b, i, Task.FAILED, `slice of ${sl.f[s * SS + S_LEN]} bytes at +${sl.f[s * SS + S_OFF]} failed on ${sl.f[s * SS + S_TRIES]} path(s) toward rank ${peer.rank}: ${why}`);
+    this.settle(b, i, Task.FAILED, `slice of ${len} bytes at +${off} failed on ${tries} path(s) toward rank ${peer.rank}: ${why}`);
   }
 
   private deadReason(peer: Peer): string {
@@ -849,21 +991,42 @@ export class TransferEngine implements CompletionSink {
     return `every path toward rank ${peer.rank} failed${err ? `: ${err.message}` : ''}`;
   }
 
+  private timeoutReason(b: Batch, i: number): string {
+    const seg = b.segment(i);
+    return `not done within ${b.timeoutMs} ms (${b.f[i * RS + R_TRANSFERRED]} of ${b.f[i * RS + R_LENGTH]} bytes moved) toward ${seg ? `segment '${seg.name}' of rank ${seg.rank}` : 'its target'}; raise the batch's timeoutMs if the target is just slow, else check that it is alive`;
+  }
+
   /** Requests past their deadline become TIMEOUT; finds the next deadline. */
   private checkDeadlines(now: number): void {
     let earliest = Infinity;
+    let expired = false;
     for (const b of this.openBatches) {
       for (let i = 0; i < b.count; i++) {
         if (!b.open(i)) continue;
-        if (now < b.f[i * RS + R_DEADLINE]) {
-          if (b.f[i * RS + R_DEADLINE] < earliest) earliest = b.f[i * RS + R_DEADLINE];
+        const d = b.f[i * RS + R_DEADLINE];
+        if (now < d) {
+          if (d < earliest) earliest = d;
           continue;
         }
-        const seg = b.segment(i);
-        this.settle(b, i, Task.TIMEOUT, `not done within ${b.timeoutMs} ms (${b.f[i * RS + R_TRANSFERRED]} of ${b.f[i * RS + R_LENGTH]} bytes moved) toward ${seg ? `segment '${seg.name}' of rank ${seg.rank}` : 'its target'}; raise the batch's timeoutMs if the target is just slow, else check that it is alive`);
+        this.settle(b, i, Task.TIMEOUT, this.timeoutReason(b, i));
+        expired = true;
       }
     }
     this.earliestDeadline = earliest;
+    // Their queued slices go now, not when a blocked path would have reached them.
+    if (expired) for (const peer of this.active) this.purge(peer);
+  }
+
+  /** Drops queued slices of settled requests from `peer`'s queue. */
+  private purge(peer: Peer): void {
+    const q = peer.queue;
+    const sl = this.slices;
+    for (let n = q.size; n > 0; n--) {
+      const s = q.shift();
+      const b = sl.batch[s] as Batch;
+      if (b.live(sl.f[s * SS + S_IDX], sl.f[s * SS + S_GEN])) q.push(s);
+      else sl.release(s);
+    }
   }
 
   /** Makes sure progress runs while requests are open: one waiter in the router's shared loop. */
@@ -877,25 +1040,38 @@ export class TransferEngine implements CompletionSink {
         this.background = false;
         return;
       }
-      // Until the earliest request deadline at most: the loop then wakes to time it out.
-      // While slices fly, also every PATH_CHECK_MS: a QP closed under the engine reports nothing.
-      const ms = Math.min(60_000, this.slices.live > 0 ? PATH_CHECK_MS : Infinity, Math.max(1, this.earliestDeadline - performance.now() + 1));
+      // Until the earliest request deadline at most (the loop then wakes to time it out), and
+      // while slices fly every PATH_CHECK_MS too (a QP closed under the engine reports nothing).
+      const now = performance.now();
+      const ms = Math.min(60_000, this.slices.live > 0 ? PATH_CHECK_MS : Infinity, Math.max(1, this.earliestDeadline - now + 1));
+      this.armedAt = now + ms;
       this.group.router.waitAsync(this.idle, { deadline: new Deadline(ms), what: `${this.label}: transfer progress` }).then(
         () => {
           this.background = false;
+          this.armedAt = Infinity;
           this.kickProgress();
         },
-        () => {
-          this.background = false;
-          this.kickProgress();
+        (err: unknown) => {
+          this.armedAt = Infinity;
+          if ((err as WeftError).code === 'ETIMEDOUT') {
+            this.background = false;
+            this.kickProgress();
+            return;
+          }
+          // Not a timeout (the device is going away): try again later, not in a microtask loop.
+          setTimeout(() => {
+            this.background = false;
+            this.kickProgress();
+          }, 10).unref();
         },
       );
     });
   }
 
+  /** The background waiter's condition: done when nothing is open, or to re-arm for an earlier deadline. */
   private readonly idle = (): boolean => {
     this.pump();
-    return this.isClosed || (this.openBatches.size === 0 && this.slices.live === 0);
+    return this.isClosed || (this.openBatches.size === 0 && this.slices.live === 0) || this.earliestDeadline + 1 < this.armedAt;
   };
 
   // ---------------------------------------------------------------- close
@@ -910,11 +1086,19 @@ export class TransferEngine implements CompletionSink {
   }
 
   /**
-   * Closes the engine: open requests are FAILED, waits rejected, its paths closed, its
-   * buffers unregistered and its descriptor removed from the store. Not collective; peers'
-   * requests to this segment fail from then on.
+   * Closes the engine: open requests are FAILED (getTransferStatus still reads them), waits
+   * rejected, its paths closed, its buffers unregistered and its descriptor removed from the
+   * store. Not collective; peers' requests to this segment fail from then on.
    */
   async close(): Promise<void> {
+    if (this.isClosed) return;
+    this.closeNow();
+    await this.publishing;
+    await this.group.store.delete(segmentKey(this.name)).catch(() => false);
+  }
+
+  /** close() without the store: for a context that closes its device now. */
+  closeNow(): void {
     if (this.isClosed) return;
     for (const b of this.openBatches) for (let i = 0; i < b.count; i++) this.settle(b, i, Task.FAILED, 'the transfer engine was closed');
     this.isClosed = true;
@@ -923,8 +1107,6 @@ export class TransferEngine implements CompletionSink {
     for (const peer of this.peers) if (peer) for (const q of peer.qps) closePath(router, this, q);
     this.passive?.stop();
     this.local.clear();
-    await this.publishing;
-    await this.group.store.delete(segmentKey(this.name)).catch(() => false);
   }
 }
 

@@ -49,7 +49,9 @@ export class RemoteSegment {
 
   /** Takes a newer descriptor, keeping the imported regions of buffers that did not change. */
   update(desc: SegmentDesc): void {
-    if (this.desc && desc.version < this.desc.version) return;
+    // An older copy of the same engine's descriptor loses; another engine's (re-opened under
+    // the same name) wins whatever its version.
+    if (this.desc && desc.instance === this.desc.instance && desc.version < this.desc.version) return;
     const old = this.buffers;
     this.desc = desc;
     this.buffers = desc.buffers.map((b) => old.find((o) => o.same(b.addr, b.length, b.offset, b.rkey[0])) ?? new RemoteBuffer(b.addr, b.length, b.offset, b.rkey[0]));

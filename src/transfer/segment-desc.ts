@@ -46,6 +46,8 @@ export type PriorityMatrix = Record<string, [string[], string[]]>;
 
 export interface SegmentDesc {
   protocol: string;
+  /** Which engine wrote it: a re-opened engine's descriptors start a new version count. */
+  instance: string;
   name: string;
   /** The rank that owns the segment, and its host. */
   rank: number;
@@ -83,6 +85,7 @@ export function decodeSegmentDesc(bytes: Uint8Array, key: string): SegmentDesc {
   if (o.protocol !== SEGMENT_PROTOCOL) return bad(`protocol ${JSON.stringify(o.protocol)}, expected '${SEGMENT_PROTOCOL}'`);
   const str = (x: unknown, what: string): string => (typeof x === 'string' && x.length <= 4096 ? x : bad(`${what} is not a string`));
   const int = (x: unknown, what: string): number => (typeof x === 'number' && Number.isSafeInteger(x) && x >= 0 ? x : bad(`${what} is not a non-negative safe integer`));
+  const instance = str(o.instance, 'instance');
   const name = str(o.name, 'name');
   const rank = int(o.rank, 'rank');
   const host = str(o.host, 'host');
@@ -98,10 +101,10 @@ export function decodeSegmentDesc(bytes: Uint8Array, key: string): SegmentDesc {
   if (typeof pm !== 'object' || pm === null || Array.isArray(pm)) return bad('priority_matrix is not an object');
   const priority: PriorityMatrix = {};
   for (const [loc, entry] of Object.entries(pm as Record<string, unknown>)) {
-    if (!Array.isArray(entry) || entry.length !== 2 || !entry.every((l) => Array.isArray(l) && l.every((n) => typeof n === 'string' && names.has(n)))) {
-      return bad(`priority_matrix['${loc}'] is not [preferred, available] lists of this segment's device names`);
+    if (loc.length > 64 || !Array.isArray(entry) || entry.length !== 2 || !entry.every((l) => Array.isArray(l) && l.length <= 64 && l.every((n) => typeof n === 'string' && names.has(n)))) {
+      return bad(`priority_matrix['${loc.slice(0, 64)}'] is not [preferred, available] lists of this segment's device names`);
     }
-    priority[loc] = [[...(entry[0] as string[])], [...(entry[1] as string[])]];
+    setOwn(priority, loc, [[...(entry[0] as string[])], [...(entry[1] as string[])]]);
   }
   if (!Array.isArray(o.buffers) || o.buffers.length > MAX_BUFFERS) return bad(`buffers is not a list of at most ${MAX_BUFFERS}`);
   const buffers: BufferDesc[] = o.buffers.map((b: unknown, i: number) => {
@@ -110,16 +113,19 @@ export function decodeSegmentDesc(bytes: Uint8Array, key: string): SegmentDesc {
     const addr = int(e.addr, `buffers[${i}].addr`);
     const length = int(e.length, `buffers[${i}].length`);
     if (length < 1 || !Number.isSafeInteger(addr + length)) return bad(`buffers[${i}] is empty or ends past 2^53`);
+    const offset = int(e.offset, `buffers[${i}].offset`);
+    // NIC regions are at most 4 GiB and addressed with 32-bit offsets.
+    if (offset + length > 2 ** 32) return bad(`buffers[${i}] ends past 4 GiB in its region (offset ${offset}, length ${length})`);
     if (!Array.isArray(e.rkey) || e.rkey.length !== devices.length) return bad(`buffers[${i}].rkey does not hold one key per device`);
     const rkey = e.rkey.map((k: unknown, j: number) => {
       if (typeof k !== 'string' || k.length > 2048 || k.length % 2 !== 0 || !/^[0-9a-f]*$/.test(k)) return bad(`buffers[${i}].rkey[${j}] is not a hex string`);
       return k;
     });
-    return { name: str(e.name, `buffers[${i}].name`), addr, length, rkey, offset: int(e.offset, `buffers[${i}].offset`) };
+    return { name: str(e.name, `buffers[${i}].name`), addr, length, rkey, offset };
   });
   buffers.sort((a, b) => a.addr - b.addr);
   for (let i = 1; i < buffers.length; i++) if (buffers[i].addr < buffers[i - 1].addr + buffers[i - 1].length) bad(`buffers at ${buffers[i - 1].addr} and ${buffers[i].addr} overlap`);
-  return { protocol: SEGMENT_PROTOCOL, name, rank, host, version, devices, priority_matrix: priority, buffers };
+  return { protocol: SEGMENT_PROTOCOL, instance, name, rank, host, version, devices, priority_matrix: priority, buffers };
 }
 
 /** Bytes of a hex rkey. */
@@ -130,4 +136,12 @@ export function rkeyBytes(hex: string): Uint8Array {
 /** Hex of a region descriptor. */
 export function rkeyHex(descriptor: Uint8Array): string {
   return Buffer.from(descriptor.buffer, descriptor.byteOffset, descriptor.byteLength).toString('hex');
+}
+
+/**
+ * Sets an own property, whatever the key: a location from another process named `__proto__`
+ * must not reach the object's prototype.
+ */
+export function setOwn<T>(o: Record<string, T>, key: string, value: T): void {
+  Object.defineProperty(o, key, { value, enumerable: true, writable: true, configurable: true });
 }

@@ -21,6 +21,8 @@ export const S_TRIES = 4;
 export const S_FLYING = 5;
 /** Target rank. */
 export const S_RANK = 6;
+/** Its batch's generation (batch.ts). */
+export const S_GEN = 7;
 
 export class SliceTable {
   batch: (Batch | undefined)[] = [];
@@ -48,6 +50,7 @@ export class SliceTable {
     f[o + S_TRIES] = 0;
     f[o + S_FLYING] = 0;
     f[o + S_RANK] = rank;
+    f[o + S_GEN] = b.gen;
     this.live++;
     return s;
   }

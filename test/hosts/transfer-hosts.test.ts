@@ -46,7 +46,7 @@ if (why) {
   test('descriptors, INVALID requests, refusals, a late buffer and a broken path, on 2 hosts', async () => {
     const r = await runOnHosts(hosts, { perHost: [2, 1], script: RANK, args: ['misuse'], store: redis, timeoutMs: 200_000 });
     assert.equal(r.codes, [0, 0], r.out.slice(-3000));
-    for (let k = 0; k < 3; k++) assert.is(report(r.out, k)?.reasons, 7, r.out.slice(-3000));
+    for (let k = 0; k < 3; k++) assert.is(report(r.out, k)?.reasons, 8, r.out.slice(-3000));
   });
 }
 

@@ -9,6 +9,7 @@ import { decodeSegmentDesc, encodeSegmentDesc, SEGMENT_PROTOCOL, type SegmentDes
 
 const good = (): SegmentDesc => ({
   protocol: SEGMENT_PROTOCOL,
+  instance: '1234-abc',
   name: 'node-a:0',
   rank: 0,
   host: 'node-a',
@@ -43,6 +44,8 @@ const hostile: [string, (d: Record<string, unknown>) => unknown, RegExp][] = [
   ['one rkey too many', (d) => ({ ...d, buffers: [{ name: 'cpu:0', addr: 4096, length: 100, rkey: ['00', '11'], offset: 0 }] }), /one key per device/],
   ['a string address', (d) => ({ ...d, buffers: [{ name: 'cpu:0', addr: '4096', length: 100, rkey: ['00'], offset: 0 }] }), /addr/],
   ['a huge name', (d) => ({ ...d, name: 'x'.repeat(5000) }), /name/],
+  ['no instance', (d) => ({ ...d, instance: undefined }), /instance/],
+  ['a buffer past 4 GiB of its region', (d) => ({ ...d, buffers: [{ name: 'cpu:0', addr: 4096, length: 100, rkey: ['00'], offset: 2 ** 32 - 50 }] }), /4 GiB/],
 ];
 
 for (const [what, mutate, why] of hostile) {
@@ -59,6 +62,14 @@ for (const [what, mutate, why] of hostile) {
     }
   });
 }
+
+test('a location named __proto__ stays an own key and does not touch the prototype', () => {
+  const d = good() as unknown as Record<string, unknown>;
+  const text = JSON.stringify(d).replace('"priority_matrix":{', '"priority_matrix":{"__proto__":[["nic0"],[]],');
+  const out = decodeSegmentDesc(new TextEncoder().encode(text), 'k');
+  assert.ok(Object.hasOwn(out.priority_matrix, '__proto__'));
+  assert.is(Object.getPrototypeOf(out.priority_matrix), Object.prototype);
+});
 
 test('invalid UTF-8 is refused', () => {
   try {

@@ -54,7 +54,7 @@ for (const provider of providers) {
     for (let k = 0; k < 3; k++) {
       const rep = report(r.out, k);
       assert.ok(rep, r.out.slice(-3000));
-      assert.is(rep.reasons, 7);
+      assert.is(rep.reasons, 8);
     }
   });
 

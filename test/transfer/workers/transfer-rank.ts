@@ -188,6 +188,18 @@ async function misuse(): Promise<unknown> {
   await expectInvalid('bad opcode', { opcode: 'COPY', source: buf, targetId: seg, targetOffset: theirs }, /opcode must be/);
   await expectInvalid('length past the view', { opcode: 'READ', source: buf.subarray(0, 8), targetId: seg, targetOffset: theirs, length: 9 }, /length must be/);
   await expectInvalid('not an object', 42, /not \{ opcode/);
+  await expectInvalid(
+    'a field that throws',
+    {
+      opcode: 'READ',
+      get source(): never {
+        throw new Error('boom');
+      },
+      targetId: seg,
+      targetOffset: theirs,
+    },
+    /could not be read: boom/,
+  );
   // Batch-level misuse throws.
   const b1 = engine.allocateBatchID(2);
   let threw = '';
@@ -239,6 +251,40 @@ async function misuse(): Promise<unknown> {
   check((await engine.waitBatch(b2)) === 0, `READ of a buffer registered later: ${JSON.stringify(engine.getTransferStatus(b2))}`);
   check(buf[HALF] === 200 + peer && buf[HALF + 7999] === 200 + peer, 'READ of a buffer registered later: wrong bytes');
   engine.freeBatchID(b2);
+  // A request that times out before its slices run, in a batch that is then freed and reused:
+  // none of its leftover slices may run for the new request (nor land in its old range).
+  {
+    const t1 = engine.allocateBatchID(1, { timeoutMs: 0.001 });
+    const old = buf.subarray(HALF, HALF + 300_000);
+    old.fill(7);
+    engine.submitTransfer(t1, [{ opcode: 'READ', source: old, targetId: seg, targetOffset: theirs }]);
+    await engine.waitBatch(t1);
+    const st = engine.getTransferStatus(t1)[0];
+    check(st.status === 'TIMEOUT' && /not done within/.test(st.reason ?? ''), `a request past its timeout: ${JSON.stringify(st)}`);
+    engine.freeBatchID(t1);
+    old.fill(7);
+    const t2 = engine.allocateBatchID(1);
+    engine.submitTransfer(t2, [{ opcode: 'READ', source: buf.subarray(HALF + 400_000), targetId: seg, targetOffset: theirs + 5, length: 1000 }]);
+    check((await engine.waitBatch(t2)) === 0, `the reused batch: ${JSON.stringify(engine.getTransferStatus(t2))}`);
+    check(buf[HALF + 400_000] === ((5 * 31 + peer) & 255) && buf[HALF + 400_999] === (((5 + 999) * 31 + peer) & 255), 'the reused batch: wrong bytes');
+    await new Promise((r) => setTimeout(r, 50));
+    engine.getTransferStatus(t2);
+    check(old.every((x) => x === 7), 'a timed-out request of a freed batch still wrote into its old range');
+    engine.freeBatchID(t2);
+  }
+  // On shared memory a stale key is refused by the target: a buffer unregistered and registered
+  // again (same address, new key) is found again through a re-read descriptor.
+  if (ctx.device.provider === 'shm') {
+    await ctx.barrier();
+    await engine.unregisterLocalMemory(late);
+    await engine.registerLocalMemory(late);
+    await ctx.barrier();
+    const b4 = engine.allocateBatchID(1);
+    engine.submitTransfer(b4, [{ opcode: 'READ', source: buf.subarray(HALF), targetId: seg, targetOffset: theirLate, length: 100 }]);
+    check((await engine.waitBatch(b4)) === 0, `READ with a stale key after re-registration: ${JSON.stringify(engine.getTransferStatus(b4))}`);
+    engine.freeBatchID(b4);
+    await ctx.barrier();
+  }
   // A broken path: close one of the QPs toward the peer; slices that hit it go on another.
   await ctx.barrier();
   const internal = engine as unknown as { peers: { qps: { close(): void }[] }[] };
