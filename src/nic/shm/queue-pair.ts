@@ -120,7 +120,13 @@ export class ShmQueuePair extends QueuePairBase implements QueuePair {
 
   importRegion(descriptor: Uint8Array): RemoteRegion {
     if (!this.peer) throw new WeftError('EINVAL', `${this.host.label}: importRegion on a QP toward ${this.peerLabel} that is not connected; call connect first`);
-    return importShmRegion(this.peer, descriptor, `${this.host.label}: importRegion from ${this.peerLabel}`);
+    const region = importShmRegion(this.peer, descriptor, `${this.host.label}: importRegion from ${this.peerLabel}`);
+    // A key no longer in the peer's table because the peer is closing or gone (its device
+    // closes its QPs before it deregisters its memory): say so, not "a 0-byte region".
+    if (!region.valid() && (Atomics.load(this.peer.i32, L.QP_STATE + this.remoteQpn) !== L.QP_OPEN || !this.peer.alive())) {
+      throw new WeftError('EPEERDEAD', `${this.host.label}: importRegion from ${this.peerLabel}: the peer closed its device or exited (pid ${this.peer.identity.pid})`);
+    }
+    return region;
   }
 
   postRecv(count: number): void {
