@@ -7,7 +7,7 @@
  * benchmark does); trials alternate between the systems; medians are reported.
  *
  * Usage: weft bench transfer [--provider shm,ofi:tcp] [--op read,write] [--block 4K,64K,1M,16M]
- *        [--batch 64] [--inflight 4] [--seconds 1] [--runs 3] [--wait async|sync] [--json] [--quick]
+ *        [--batch 64] [--inflight 4] [--seconds 1] [--runs 3] [--wait async,sync] [--json] [--quick]
  */
 import { PassThrough } from 'node:stream';
 import { createInterface } from 'node:readline';
@@ -34,7 +34,8 @@ export interface TransferBenchOptions {
   inflight: number;
   seconds: number;
   runs: number;
-  wait: 'async' | 'sync';
+  /** weft's waits to measure: 'async' (await waitBatch), 'sync' (waitBatchSync, busy-polling like the NIC stream). */
+  waits: ('async' | 'sync')[];
   sliceBytes: number | undefined;
   json: boolean;
   quick?: boolean;
@@ -83,17 +84,20 @@ export async function runTransferBench(o: TransferBenchOptions, onRow: (r: Trans
   for (let run = 0; run < o.runs; run++) {
     for (const provider of o.providers) {
       for (const op of o.ops) {
-        const plan: TrialPlan = { op, blocks: o.blocks, batch: o.batch, inflight: o.inflight, seconds: o.seconds, wait: o.wait, sliceBytes: o.sliceBytes };
-        // Alternate which system goes first, so that a machine getting slower does not favour one.
-        const order = run % 2 === 0 ? (['nic', 'weft'] as const) : (['weft', 'nic'] as const);
-        for (const system of order) {
+        // Rotate which goes first, so that a machine getting slower favours none.
+        const kinds: ('nic' | 'async' | 'sync')[] = ['nic', ...o.waits];
+        const order = kinds.map((_, k) => kinds[(k + run) % kinds.length]);
+        for (const kind of order) {
+          const system = kind === 'nic' ? 'nic' : 'weft';
+          const wait = kind === 'nic' ? 'sync' : kind;
+          const plan: TrialPlan = { op, blocks: o.blocks, batch: o.batch, inflight: o.inflight, seconds: o.seconds, wait, sliceBytes: o.sliceBytes };
           const label = provider === 'ofi' ? 'ofi:tcp' : provider;
-          process.stderr.write(`  run ${run + 1}/${o.runs} ${system} ${label} ${op}...`);
+          process.stderr.write(`  run ${run + 1}/${o.runs} ${system}${system === 'weft' ? ` (${wait})` : ''} ${label} ${op}...`);
           const t = performance.now();
           const points = system === 'nic' ? await nicTrial(provider, plan) : await engineTrial(provider, plan);
           process.stderr.write(` ${((performance.now() - t) / 1000).toFixed(1)} s\n`);
           for (const p of points) {
-            const row: TransferRow = { bench: 'transfer', system, provider: label, op, batch: o.batch, inflight: o.inflight, wait: system === 'weft' ? o.wait : 'sync', run, ...p };
+            const row: TransferRow = { bench: 'transfer', system, provider: label, op, batch: o.batch, inflight: o.inflight, wait, run, ...p };
             rows.push(row);
             onRow(row);
           }
@@ -136,12 +140,14 @@ export function transferCommand(): Command {
     .option('--inflight <n>', 'batches in flight', integerAtLeast(1), 4)
     .option('--seconds <s>', 'seconds measured per block size', (v: string) => Number(v), 1)
     .option('--runs <n>', 'trials (each in fresh processes); medians are reported', integerAtLeast(1), 3)
-    .addOption(new Option('--wait <how>', "weft's wait: async (await waitBatch) or sync (waitBatchSync)").choices(['async', 'sync']).default('async'))
+    .option('--wait <list>', "weft's waits: async (await waitBatch), sync (waitBatchSync, busy-polling as the NIC stream does), or both", 'async,sync')
     .option('--slice <bytes>', "the engine's slice size (default: the engine's, 64 KiB, 1 MiB over libfabric tcp)", (v: string) => parseBlock(v))
     .option('--json', 'print one JSON object per line')
-    .option('--quick', 'smaller runs (smoke test): 1 run, 0.2 s per point, blocks 4K and 64K');
-  return cmd.action(async (raw: { provider?: string; op: string; block: string; batch: number; inflight: number; seconds: number; runs: number; wait: 'async' | 'sync'; slice?: number; json?: boolean; quick?: boolean }) => {
-    applyQuick(raw, cmd, { runs: 1, seconds: 0.2, block: '4K,64K' });
+    .option('--quick', 'smaller runs (smoke test): 1 run, 0.2 s per point, blocks 4K and 64K, async only');
+  return cmd.action(async (raw: { provider?: string; op: string; block: string; batch: number; inflight: number; seconds: number; runs: number; wait: string; slice?: number; json?: boolean; quick?: boolean }) => {
+    applyQuick(raw, cmd, { runs: 1, seconds: 0.2, block: '4K,64K', wait: 'async' });
+    const waits = raw.wait.split(',').map((s) => s.trim());
+    for (const w of waits) if (w !== 'async' && w !== 'sync') throw new InvalidArgumentError(`--wait: '${w}' is not async or sync`);
     const ops = raw.op.split(',').map((s) => s.trim());
     for (const op of ops) if (op !== 'read' && op !== 'write') throw new InvalidArgumentError(`--op: '${op}' is not read or write`);
     if (!(raw.seconds > 0 && raw.seconds <= 600)) throw new InvalidArgumentError(`--seconds must be in (0, 600], got ${raw.seconds}`);
@@ -153,7 +159,7 @@ export function transferCommand(): Command {
       inflight: raw.inflight,
       seconds: raw.seconds,
       runs: raw.runs,
-      wait: raw.wait,
+      waits: waits as ('async' | 'sync')[],
       sliceBytes: raw.slice,
       json: !!raw.json,
       quick: raw.quick,

@@ -4,7 +4,7 @@ import { renderSvg } from '../lib/svg.js';
 import type { TransferSummary } from './report.js';
 
 export async function plotTransfer(summary: TransferSummary[], file: string): Promise<string> {
-  const data = summary.map((s) => ({ system: s.system === 'nic' ? 'NIC layer stream (ceiling)' : 'weft transfer engine', panel: `${s.provider} ${s.op}`, block: s.block_bytes, gbps: s.gbps }));
+  const data = summary.map((s) => ({ system: s.system === 'nic' ? 'NIC layer stream (ceiling)' : `weft transfer engine (${s.wait === 'sync' ? 'waitBatchSync' : 'await waitBatch'})`, panel: `${s.provider} ${s.op}`, block: s.block_bytes, gbps: s.gbps }));
   const spec: TopLevelSpec = {
     $schema: 'https://vega.github.io/schema/vega-lite/v5.json',
     title: 'weft bench transfer: throughput by block size',

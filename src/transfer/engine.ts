@@ -1144,8 +1144,9 @@ function checkOptions(where: string, group: TransferGroup, o: TransferEngineOpti
     for (const [loc, e] of Object.entries(pm)) {
       if (!Array.isArray(e) || e.length !== 2 || !e.every((l) => Array.isArray(l) && l.every((n) => n === DEVICE_NAME))) bad(`priorityMatrix['${loc}'] must be [preferred, other] lists of device names; this process has one device, '${DEVICE_NAME}'`);
     }
-    priorityMatrix = structuredClone(pm);
-    if (!priorityMatrix[location]) priorityMatrix[location] = [[DEVICE_NAME], []];
+    priorityMatrix = {};
+    for (const [loc, e] of Object.entries(pm)) setOwn(priorityMatrix, loc, [[...e[0]], [...e[1]]]);
+    if (!Object.hasOwn(priorityMatrix, location)) setOwn(priorityMatrix, location, [[DEVICE_NAME], []]);
   }
   return { name, location, qpsPerPeer, sliceBytes, pathDepth, requestTimeoutMs, priorityMatrix };
 }
