@@ -15,3 +15,22 @@ export function sendResult(rank: number, result: unknown): void {
 
 /** Yields one event-loop turn. */
 export const tick = () => new Promise<void>((r) => setImmediate(r));
+
+/**
+ * Runs a worker's `main` and reports for runScenario: its result (then exits once the parent
+ * releases every rank, so no rank takes its memory away from a peer still reading it), or its
+ * error.
+ *
+ * @example
+ * runWorker(rank, async () => ({ gbps: await measure() }));
+ */
+export function runWorker(rank: number, main: () => Promise<unknown>): void {
+  const released = new Promise<void>((resolve) => process.on('message', (m: { type: string }) => m.type === 'release' && resolve()));
+  main()
+    .then(async (result) => {
+      sendResult(rank, result);
+      await released;
+      process.exit(0);
+    })
+    .catch((err: Error) => process.send!({ type: 'error', rank, message: err.stack ?? String(err) }, () => process.exit(1)));
+}

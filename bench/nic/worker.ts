@@ -5,13 +5,13 @@
  */
 import { CompletionBatch, Opcode, Status } from '../../src/nic/index.js';
 import { joinMesh } from '../../harness/local-group.js';
+import { runWorker } from '../../harness/worker-ipc.js';
 
 const [scenario, rankS, nS, provider, argsJson] = process.argv.slice(2);
 const rank = Number(rankS);
 const args = JSON.parse(argsJson) as { size: number; iters: number; runs: number; warmup: number; slots: number };
 const batch = new CompletionBatch(256);
 
-const released = new Promise<void>((resolve) => process.on('message', (m: { type: string }) => m.type === 'release' && resolve()));
 
 function check(i: number): void {
   if (batch.status[i] !== Status.SUCCESS) throw new Error(`bench ${scenario} (${provider}): ${batch.errors[i]?.message}`);
@@ -120,11 +120,5 @@ async function stream(): Promise<unknown> {
 
 const scenarios: Record<string, () => Promise<unknown>> = { pingpong, stream };
 
-scenarios[scenario]()
-  .then(async (result) => {
-    process.send!({ type: 'result', rank, result });
-    await released;
-    process.exit(0);
-  })
-  .catch((err: Error) => process.send!({ type: 'error', rank, message: err.stack ?? String(err) }, () => process.exit(1)));
+runWorker(rank, scenarios[scenario]);
 void nS;

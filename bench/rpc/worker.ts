@@ -12,6 +12,7 @@
  */
 import { PerformanceObserver } from 'node:perf_hooks';
 import { createRpcEngine, type Endpoint } from '../../src/rpc/index.js';
+import { runWorker } from '../../harness/worker-ipc.js';
 
 interface Point {
   qd: number;
@@ -34,7 +35,6 @@ interface Args {
 const [, rankS, , provider, argsJson] = process.argv.slice(2);
 const rank = Number(rankS);
 const args = JSON.parse(argsJson) as Args;
-const released = new Promise<void>((resolve) => process.on('message', (m: { type: string }) => m.type === 'release' && resolve()));
 
 function exchange(blobs: Record<number, string[]>): Promise<string[]> {
   return new Promise((resolve) => {
@@ -135,10 +135,4 @@ async function main(): Promise<unknown> {
   return { results };
 }
 
-main()
-  .then(async (result) => {
-    process.send!({ type: 'result', rank, result });
-    await released;
-    process.exit(0);
-  })
-  .catch((err: Error) => process.send!({ type: 'error', rank, message: err.stack ?? String(err) }, () => process.exit(1)));
+runWorker(rank, main);

@@ -8,12 +8,12 @@
  */
 import { CompletionBatch, Opcode, Status } from '../../src/nic/index.js';
 import { joinMesh } from '../../harness/local-group.js';
+import { runWorker } from '../../harness/worker-ipc.js';
 import { pointOf, slotsFor, type TrialPlan, type TrialPoint } from './plan.js';
 
 const [, rankS, , provider, planJson] = process.argv.slice(2);
 const rank = Number(rankS);
 const plan = JSON.parse(planJson) as TrialPlan;
-const released = new Promise<void>((resolve) => process.on('message', (m: { type: string }) => m.type === 'release' && resolve()));
 const cq = new CompletionBatch(256);
 
 async function main(): Promise<TrialPoint[]> {
@@ -82,10 +82,4 @@ async function main(): Promise<TrialPoint[]> {
   return points;
 }
 
-main()
-  .then(async (result) => {
-    process.send!({ type: 'result', rank, result });
-    await released;
-    process.exit(0);
-  })
-  .catch((err: Error) => process.send!({ type: 'error', rank, message: err.stack ?? String(err) }, () => process.exit(1)));
+runWorker(rank, main);
