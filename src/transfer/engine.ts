@@ -620,11 +620,11 @@ export class TransferEngine implements CompletionSink {
     this.pump();
     out.length = b.count;
     for (let i = 0; i < b.count; i++) {
-      const e = (out[i] ??= { status: 'PENDING', transferred: 0 });
+      const e = (out[i] ??= { status: 'PENDING', transferred: 0, reason: undefined });
       e.status = TASK_STATUS[b.f[i * RS + R_STATUS]];
       e.transferred = b.f[i * RS + R_TRANSFERRED];
-      if (b.reason[i] !== undefined) e.reason = b.reason[i];
-      else delete e.reason;
+      // Assigned even when undefined: a delete would turn the reused object into a slow one.
+      e.reason = b.reason[i];
     }
     return out;
   }
