@@ -304,7 +304,8 @@ async function allConnected(store: Store, device: Device, ns: string, rank: numb
   }
 }
 
-async function missingRanks(store: Store, peers: number[], ns: string): Promise<number[]> {
+/** The ranks among `peers` whose `<ns>/<rank>` key is not in the store (for timeout messages). */
+export async function missingRanks(store: Store, peers: number[], ns: string): Promise<number[]> {
   const out: number[] = [];
   for (const p of peers) {
     try {

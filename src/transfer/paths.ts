@@ -15,7 +15,7 @@ import { Deadline, type WaitOptions } from '../util/deadline.js';
 import { planFor, waitAsync } from '../host/wait.js';
 import type { CompletionRouter, CompletionSink } from '../nic/completion-router.js';
 import type { QueuePair } from '../nic/types.js';
-import { addressFor, checkWorldSize, encodeMeshBlob, extraOf, multiGetOrFailure } from '../rendezvous/full-mesh.js';
+import { addressFor, checkWorldSize, encodeMeshBlob, extraOf, missingRanks, multiGetOrFailure } from '../rendezvous/full-mesh.js';
 import type { HostMap } from '../rendezvous/hosts.js';
 import type { Store } from '../rendezvous/store.js';
 
@@ -61,8 +61,9 @@ export async function connectPaths(group: TransferGroup, sink: CompletionSink, n
     const addrs = qps.map((list) => (list.length ? joinAddresses(list.map((q) => q.address())) : undefined));
     await store.set(`${ns}/${rank}`, encodeMeshBlob(rank, size, addrs, new TextEncoder().encode(name)), { once: true });
     const peers = [...Array(size).keys()].filter((p) => p !== rank);
-    const blobs = await multiGetOrFailure(store, peers.map((p) => `${ns}/${p}`), rank, options, (err) => {
-      return new WeftError('ETIMEDOUT', `rank ${rank}: TransferEngine.open: not every rank opened its engine within ${Math.round(new Deadline(options.timeoutMs).timeoutMs)} ms: open is collective, every rank of the job calls it (the same number of times, in the same order)`, { cause: err });
+    const blobs = await multiGetOrFailure(store, peers.map((p) => `${ns}/${p}`), rank, options, async (err) => {
+      const missing = await missingRanks(store, peers, ns).catch(() => []);
+      return new WeftError('ETIMEDOUT', `rank ${rank}: TransferEngine.open: ${missing.length ? `rank${missing.length > 1 ? 's' : ''} ${missing.join(', ')}` : 'not every rank'} did not open ${missing.length > 1 ? 'their engines' : 'its engine'} within ${Math.round(new Deadline(options.timeoutMs).timeoutMs)} ms: open is collective, every rank of the job calls it (the same number of times, in the same order)`, { cause: err });
     });
     const names: string[] = new Array(size).fill('');
     names[rank] = name;

@@ -58,6 +58,13 @@ for (const provider of providers) {
     }
   });
 
+  test(`a rank that never opens its engine: the others' open fails within its timeout, naming it (${provider})`, async () => {
+    const r = await run(2, provider, 'noopen', 60_000);
+    assert.is(r.code, 0, r.out.slice(-3000));
+    const rep = report(r.out, 0);
+    assert.ok(rep && rep.ms < 10_000, r.out.slice(-3000));
+  });
+
   test(`a target SIGKILLed mid-stream: the initiator's requests FAILED within the timeout, naming the rank (${provider})`, async () => {
     const out = new PassThrough();
     let text = '';

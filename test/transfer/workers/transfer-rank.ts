@@ -370,7 +370,26 @@ async function kill(): Promise<unknown> {
   process.exit(0);
 }
 
-const scenarios: Record<string, () => Promise<unknown>> = { random, misuse, kill };
+/** Rank 1 never opens its engine: rank 0's open fails within its timeout, naming rank 1. */
+async function noopen(): Promise<unknown> {
+  if (rank === 1) {
+    await ctx.barrier({ timeoutMs: 60_000 });
+    return {};
+  }
+  const t0 = performance.now();
+  let message = '';
+  try {
+    await ctx.transfer({ timeoutMs: 1500 });
+  } catch (err) {
+    message = (err as Error).message;
+  }
+  const ms = Math.round(performance.now() - t0);
+  if (!/rank 1 did not open its engine within 1500 ms: open is collective/.test(message)) fail(`open without rank 1: ${message || 'succeeded'}`);
+  await ctx.barrier({ timeoutMs: 60_000 });
+  return { ms };
+}
+
+const scenarios: Record<string, () => Promise<unknown>> = { random, misuse, kill, noopen };
 const result = await scenarios[scenario]();
 console.log(`ok rank ${rank}: ${JSON.stringify(result)}`);
 await ctx.close();
