@@ -216,7 +216,8 @@ export async function connectFullMeshWithExtras(store: Store, device: Device, ra
       return new WeftError('ETIMEDOUT', `rank ${rank}: connectFullMesh timed out after ${Math.round(new Deadline(options.timeoutMs).timeoutMs)} ms; ranks ${missing.join(', ') || '(none, retry)'} never published their addresses: are they running with the same store and prefix, and world size ${size}?`, { cause: err });
     });
     peers.forEach((p, i) => (qps[p] as QueuePair).connect(addressFor(blobs[i], p, rank, size)));
-    await shakeHands(device, qps, rank, options);
+    const pairs = qps.flatMap((q, p): [number, QueuePair][] => (q ? [[p, q]] : []));
+    await shakeHands(device, pairs, () => device.cq.ready(), rank, 'init', (r) => options.hosts?.describe(r) ?? `rank ${r}`, options);
     await allConnected(store, device, ns, rank, size, options);
     const extras: Uint8Array[] = qps.map(() => new Uint8Array(0));
     peers.forEach((p, i) => (extras[p] = extraOf(blobs[i], p, rank, size)));
@@ -230,30 +231,31 @@ export async function connectFullMeshWithExtras(store: Store, device: Device, ra
 /**
  * One small round trip on every fabric pair, within the connect timeout: a rank that bound an
  * address its peer cannot reach fails here, naming both ranks, their hosts and the address,
- * instead of timing out in its first collective. Nothing else uses the CQ yet (peers send only
- * once every rank has connected), so its completions are only these.
+ * instead of timing out in its first collective. `pairs` are [peer rank, QP]; `progress` moves
+ * the CQ (init: `cq.ready()`, nothing else uses the CQ yet; a layer joining later polls through
+ * the completion router, so that other owners' completions still reach them). A handshake ends
+ * on an internal completion, so this waits on the CQ's doorbell itself (the one waiting loop).
  */
-async function shakeHands(device: Device, qps: (QueuePair | undefined)[], rank: number, options: FullMeshOptions): Promise<void> {
-  const shaking = qps.filter((q): q is QueuePair => q?.handshake !== undefined);
+export async function shakeHands(device: Device, pairs: [number, QueuePair][], progress: () => void, rank: number, what: string, describe: (r: number) => string, options: WaitOptions): Promise<void> {
+  const shaking = pairs.filter(([, q]) => q.handshake !== undefined);
   if (shaking.length === 0) return;
-  for (const q of shaking) q.handshake!();
+  for (const [, q] of shaking) q.handshake!();
   const settled = () => {
-    device.cq.ready();
-    for (const q of shaking) if (q.handshakeState === 'pending') return false;
+    progress();
+    for (const [, q] of shaking) if (q.handshakeState === 'pending') return false;
     return true;
   };
-  const name = (r: number) => options.hosts?.describe(r) ?? `rank ${r}`;
-  const peerOf = (q: QueuePair) => qps.indexOf(q);
+  const fix = 'Make every rank bind an address the other hosts route to (weft run --iface NAME, WEFT_IFACE or WEFT_ADDR; see docs/hosts.md)';
   try {
-    await waitAsync(settled, device.cq.doorbell, planFor(device.oversubscribed, `rank ${rank}: connect`, options));
+    await waitAsync(settled, device.cq.doorbell, planFor(device.oversubscribed, `rank ${rank}: ${what}: handshakes`, options));
   } catch (err) {
-    const stuck = shaking.filter((q) => q.handshakeState === 'pending');
-    const list = stuck.map((q) => `${name(peerOf(q))} at ${q.peerAddress ?? '?'}`).join(', ');
-    throw new WeftError((err as WeftError).code ?? 'ETIMEDOUT', `${name(rank)}: init: no answer through the fabric from ${list || 'a peer'} within the connect timeout: the address it published is not reachable from this host. Make every rank bind an address the other hosts route to (weft run --iface NAME, WEFT_IFACE or WEFT_ADDR; see docs/hosts.md)`, { cause: err });
+    const stuck = [...new Set(shaking.filter(([, q]) => q.handshakeState === 'pending').map(([p, q]) => `${describe(p)} at ${q.peerAddress ?? '?'}`))];
+    throw new WeftError((err as WeftError).code ?? 'ETIMEDOUT', `${describe(rank)}: ${what}: no answer through the fabric from ${stuck.join(', ') || 'a peer'} within the connect timeout: the address it published is not reachable from this host. ${fix}`, { cause: err });
   }
-  const failed = shaking.find((q) => q.handshakeState === 'failed');
+  const failed = shaking.find(([, q]) => q.handshakeState === 'failed');
   if (failed) {
-    throw new WeftError('ETRANSPORT', `${name(rank)}: init: cannot reach ${name(peerOf(failed))} at ${failed.peerAddress ?? '?'} through the fabric: ${failed.error?.message ?? 'handshake failed'}. Make every rank bind an address the other hosts route to (weft run --iface NAME, WEFT_IFACE or WEFT_ADDR; see docs/hosts.md)`, { cause: failed.error });
+    const [p, q] = failed;
+    throw new WeftError('ETRANSPORT', `${describe(rank)}: ${what}: cannot reach ${describe(p)} at ${q.peerAddress ?? '?'} through the fabric: ${q.error?.message ?? 'handshake failed'}. ${fix}`, { cause: q.error });
   }
 }
 

@@ -12,10 +12,9 @@
  */
 import { WeftError } from '../errors.js';
 import { Deadline, type WaitOptions } from '../util/deadline.js';
-import { planFor, waitAsync } from '../host/wait.js';
 import type { CompletionRouter, CompletionSink } from '../nic/completion-router.js';
 import type { QueuePair } from '../nic/types.js';
-import { addressFor, checkWorldSize, encodeMeshBlob, extraOf, missingRanks, multiGetOrFailure } from '../rendezvous/full-mesh.js';
+import { addressFor, checkWorldSize, encodeMeshBlob, extraOf, missingRanks, multiGetOrFailure, shakeHands } from '../rendezvous/full-mesh.js';
 import type { HostMap } from '../rendezvous/hosts.js';
 import type { Store } from '../rendezvous/store.js';
 
@@ -72,7 +71,8 @@ export async function connectPaths(group: TransferGroup, sink: CompletionSink, n
       qps[p].forEach((q, k) => q.connect(theirs[k]));
       names[p] = new TextDecoder().decode(extraOf(blobs[i], p, rank, size));
     });
-    await shakeHands(router, qps, rank, describe, options);
+    const pairs = qps.flatMap((list, p) => list.map((q): [number, QueuePair] => [p, q]));
+    await shakeHands(device, pairs, () => router.poll(), rank, 'TransferEngine.open', describe, options);
     await store.set(`${ns}/connected/${rank}`, new Uint8Array(0));
     await multiGetOrFailure(store, [...Array(size).keys()].map((p) => `${ns}/connected/${p}`), rank, options, (err) => {
       return new WeftError('ETIMEDOUT', `rank ${rank}: TransferEngine.open: every rank published its paths, but not every rank connected them within the timeout: ${err.message}`, { cause: err });
@@ -88,31 +88,6 @@ export async function connectPaths(group: TransferGroup, sink: CompletionSink, n
 export function closePath(router: CompletionRouter, sink: CompletionSink, qp: QueuePair): void {
   router.detach(qp.qpn, sink);
   qp.close();
-}
-
-async function shakeHands(router: CompletionRouter, qps: QueuePair[][], rank: number, describe: (r: number) => string, options: WaitOptions): Promise<void> {
-  const shaking: [number, QueuePair][] = [];
-  qps.forEach((list, p) => list.forEach((q) => q.handshake && shaking.push([p, q])));
-  if (shaking.length === 0) return;
-  for (const [, q] of shaking) q.handshake!();
-  // A handshake ends on an internal completion, which the router's shared loop does not count
-  // as progress: wait on the CQ's doorbell directly (the one waiting loop), polling through the
-  // router so that other layers' completions still reach their owners.
-  const settled = () => {
-    router.poll();
-    return shaking.every(([, q]) => q.handshakeState !== 'pending');
-  };
-  try {
-    await waitAsync(settled, router.device.cq.doorbell, planFor(router.oversubscribed, `rank ${rank}: TransferEngine.open: handshakes`, options));
-  } catch (err) {
-    const stuck = shaking.filter(([, q]) => q.handshakeState === 'pending').map(([p, q]) => `${describe(p)} at ${q.peerAddress ?? '?'}`);
-    throw new WeftError((err as WeftError).code ?? 'ETIMEDOUT', `${describe(rank)}: TransferEngine.open: no answer through the fabric from ${[...new Set(stuck)].join(', ') || 'a peer'} within the timeout; make every rank bind an address the other hosts route to (weft run --iface NAME, WEFT_IFACE or WEFT_ADDR; see docs/hosts.md)`, { cause: err });
-  }
-  const failed = shaking.find(([, q]) => q.handshakeState === 'failed');
-  if (failed) {
-    const [p, q] = failed;
-    throw new WeftError('ETRANSPORT', `${describe(rank)}: TransferEngine.open: cannot reach ${describe(p)} at ${q.peerAddress ?? '?'} through the fabric: ${q.error?.message ?? 'handshake failed'}`, { cause: q.error });
-  }
 }
 
 /** u32 length + bytes, for each address. */

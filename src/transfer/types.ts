@@ -41,7 +41,8 @@ export const Task = {
   FAILED: 6,
 } as const;
 
-export const TASK_STATUS: readonly TaskStatus[] = ['WAITING', 'PENDING', 'INVALID', 'INVALID', 'COMPLETED', 'TIMEOUT', 'FAILED'];
+/** Names by Task value; 3 is the note's CANCELED, which no request ever takes. */
+export const TASK_STATUS: readonly TaskStatus[] = ['WAITING', 'PENDING', 'INVALID', 'FAILED', 'COMPLETED', 'TIMEOUT', 'FAILED'];
 
 /** One request's state (the note's TransferStatus, plus why it did not complete). */
 export interface TransferStatus {
