@@ -264,13 +264,17 @@ export class Device implements PairHost, CompletionSink, CollectiveTransport {
   }
 
   peerAborted(peer: number, text: string): void {
-    if (this.failure) return;
-    const { code, message } = fromCodedText(text, 'ECLOSED');
-    const err = new WeftError(code, `${this.label}: the job was aborted by rank ${peer}: ${message}`);
-    this.failure = err;
-    debugLog('%s', err.message);
-    for (const p of this.pairs) p?.fail(err);
-    this.router.kick();
+    if (!this.failure) {
+      const { code, message } = fromCodedText(text, 'ECLOSED');
+      const err = new WeftError(code, `${this.label}: the job was aborted by rank ${peer}: ${message}`);
+      this.failure = err;
+      debugLog('%s', err.message);
+      for (const p of this.pairs) p?.fail(err);
+      this.router.kick();
+    }
+    // The answer (once per pair): the aborting rank's close lingers until each rank it told has
+    // heard, instead of a fixed time.
+    this.pairs[peer]?.sendAbort(codedText(this.failure.code, unlabel(this.failure.message, this.label)));
   }
 
   /** The number of the next collective call on `slot` (from 1; wraps at 2^32). */
@@ -407,15 +411,18 @@ export class Device implements PairHost, CompletionSink, CollectiveTransport {
   }
 
   /**
-   * After an abort, keeps progressing for a moment before the rings go away: peers still
-   * sending to this rank then learn why from the ABORT message, not from a refused write.
+   * After an abort, keeps progressing before the rings go away, until every peer this rank sent
+   * an ABORT has answered (or is gone), at most `ms`: peers still sending to this rank then
+   * learn why from the ABORT message, not from a refused write. (A fixed 300 ms here made every
+   * close after an error take that long.)
    */
   async linger(ms = 300): Promise<void> {
     if (!this.failure || this.closed) return;
     const until = performance.now() + ms;
-    while (performance.now() < until) {
+    for (;;) {
       this.progress();
-      await new Promise((r) => setTimeout(r, 5));
+      if (this.pairs.every((p) => p === undefined || p.abortHeard) || performance.now() >= until) return;
+      await new Promise((r) => setTimeout(r, 1));
     }
   }
 

@@ -73,6 +73,13 @@ interface Current {
 
 export class Pair {
   error: WeftError | undefined;
+  /**
+   * ABORT bookkeeping (at most one ABORT goes each way on a pair: the reserved slot holds one
+   * text). A rank answers the first ABORT a peer sends it with one of its own unless it has sent
+   * one there already, so a rank that told its peers knows when each has heard (Device.linger).
+   */
+  private abortSent = false;
+  private abortSeen = false;
   private remote!: RemoteRegion;
   /** Our ring in the peer's inbox: offset in the peer's region, and its bytes when mapped. */
   private remoteBase = 0;
@@ -215,9 +222,13 @@ export class Pair {
     }
   }
 
-  /** Tells the peer the job is aborted (uses the reserved slot: always room for it). */
+  /**
+   * Tells the peer the job is aborted (uses the reserved slot: always room for it). Once per
+   * pair; also after the pair failed with the job, as long as its QP still works.
+   */
   sendAbort(reason: string): void {
-    if (this.error || !this.remote) return;
+    if (this.abortSent || !this.remote || this.qp.state !== 'ready') return;
+    this.abortSent = true;
     const g = this.host.geometry;
     const text = new TextEncoder().encode(reason).subarray(0, g.chunkBytes);
     const off = g.slots * g.stride;
@@ -235,6 +246,11 @@ export class Pair {
     } catch {
       // The QP is already gone: the peer learns from its own failure.
     }
+  }
+
+  /** The peer has heard of the abort: it answered ours (or sent its own), or it is gone. */
+  get abortHeard(): boolean {
+    return !this.abortSent || this.abortSeen || this.qp.state !== 'ready';
   }
 
   // -------------------------------------------------------------- receiving
@@ -287,6 +303,7 @@ export class Pair {
       if (this.unacked.length > 0) this.settleUnacked();
       this.pump();
     } else if (kind === L.KIND_ABORT) {
+      this.abortSeen = true;
       const g = this.host.geometry;
       const off = g.slots * g.stride;
       const len = Math.min(this.ringWords[(off >> 2) + L.H.LENGTH] >>> 0, g.chunkBytes);
