@@ -42,16 +42,17 @@ program
   .option('--master-port <port>', 'port of the --master-addr store (default 29500)', positiveInt)
   .option('--iface <name>', 'network interface the ranks\' fabric endpoints bind (WEFT_IFACE; default: the route toward the store)')
   .option('--provider <p>', 'WEFT_PROVIDER for the ranks (default: shm inside a host, the fabric between hosts)')
+  .addOption(new Option('--join-timeout <s>', 'several hosts: seconds a launcher waits for the other hosts\' launchers before it fails naming them').env('WEFT_JOIN_TIMEOUT').argParser(positiveInt).default(300))
   .argument('<script>', 'a .js or .ts file')
   .argument('[args...]', 'arguments for the script')
   .passThroughOptions()
-  .action(async (script: string, args: string[], o: { ranks: number; store?: string; prefix?: string; nnodes: number; nodeRank: number; provider?: string; masterAddr?: string; masterPort?: number; iface?: string }, cmd: Command) => {
+  .action(async (script: string, args: string[], o: { ranks: number; store?: string; prefix?: string; nnodes: number; nodeRank: number; provider?: string; masterAddr?: string; masterPort?: number; iface?: string; joinTimeout: number }, cmd: Command) => {
     const { launch, passwordWarning } = await import('../launch/run.js');
     // A password in our own argv is visible to every local user (ps); the ranks get the URL in
     // their environment, so the only leak is this command line.
     const warning = o.store !== undefined && cmd.getOptionValueSource('store') === 'cli' ? passwordWarning(o.store) : undefined;
     if (warning) process.stderr.write(`${warning}\n`);
-    process.exitCode = await launch({ ranks: o.ranks, script, args, store: o.store, prefix: o.prefix, nnodes: o.nnodes, nodeRank: o.nodeRank, provider: o.provider, masterAddr: o.masterAddr, masterPort: o.masterPort, iface: o.iface });
+    process.exitCode = await launch({ ranks: o.ranks, script, args, store: o.store, prefix: o.prefix, nnodes: o.nnodes, nodeRank: o.nodeRank, provider: o.provider, masterAddr: o.masterAddr, masterPort: o.masterPort, iface: o.iface, joinTimeoutMs: o.joinTimeout * 1000 });
   });
 
 // The benchmarks are their own program (bench/cli.ts), run by bin/weft-bench.js as a child:

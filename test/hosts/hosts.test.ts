@@ -84,9 +84,13 @@ if (why) {
     assert.equal(noSecret.codes.slice(0, 2), [1, 1], noSecret.out);
     assert.match(noSecret.outs[0], /needs a secret: set WEFT_STORE_SECRET/);
     const m = master();
-    const wrong = await runOnHosts(hosts, { perHost: [1, 1], script: HOSTS_RANK, args: ['info'], store: m, hostEnv: { 1: { WEFT_STORE_SECRET: 'not-the-secret' } }, timeoutMs: 60_000 });
+    // Node 0's launcher then waits for a node that never joins: with --join-timeout 8 (not the
+    // default 300 s) it fails, naming node 1.
+    const wrong = await runOnHosts(hosts, { perHost: [1, 1], script: HOSTS_RANK, args: ['info'], store: m, hostEnv: { 1: { WEFT_STORE_SECRET: 'not-the-secret' } }, env: { WEFT_JOIN_TIMEOUT: '8' }, timeoutMs: 60_000 });
     assert.is(wrong.codes[1], 1, wrong.out);
     assert.match(wrong.outs[1], /secret|authenticat/i);
+    assert.is(wrong.codes[0], 1, wrong.out);
+    assert.match(wrong.outs[0], /the launchers of nodes 1 did not start within 8000 ms/, wrong.out);
   });
 
   test('a rank that publishes an address the other host cannot reach fails in init, naming both ranks, the hosts and the address', async () => {
