@@ -18,6 +18,11 @@ import { agreed, CHECK_CALLS } from './agreement.js';
 export interface Group {
   readonly rank: number;
   readonly size: number;
+  /**
+   * Who this rank is in messages (default "rank R"). A subgroup's says the job rank too: the
+   * ranks its operations name (a receive from rank N) are job ranks.
+   */
+  readonly label?: string;
   /** The job's transport, or a subgroup's view of it (ranks and slots of its own). */
   readonly transport: CollectiveTransport;
   /** Lends a scratch area of at least `bytes` bytes (pooled: no allocation in steady state). */
@@ -84,7 +89,7 @@ export class CollectiveCall {
 
   /** "rank 3: allreduce (tag 0)", for messages (built only when needed). */
   get what(): string {
-    return `rank ${this.rank}: ${this.collective} (tag ${this.tag})`;
+    return `${this.group.label ?? `rank ${this.rank}`}: ${this.collective} (tag ${this.tag})`;
   }
 
   /** Scratch memory for this call, given back when it ends. */

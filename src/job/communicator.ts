@@ -412,8 +412,14 @@ class SubgroupBase implements C.Group {
     readonly transport: GroupView,
     /** This rank's number in the subgroup. */
     readonly rank: number,
+    /** What the group is, in messages. */
+    private readonly kind = 'a subgroup',
   ) {
     this.size = transport.members.length;
+  }
+  /** "rank 5 (rank 1 of 2 in a subgroup)": messages name job ranks elsewhere. */
+  get label(): string {
+    return `rank ${this.worldRank(this.rank)} (rank ${this.rank} of ${this.size} in ${this.kind})`;
   }
   /** The job ranks of the members, in subgroup order. */
   get ranks(): readonly number[] {

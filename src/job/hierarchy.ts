@@ -23,13 +23,13 @@ export function hierarchyOf(job: Group, hosts: HostMap): Hierarchy {
   const byHost: number[][] = hosts.hostIds.map(() => []);
   for (let r = 0; r < job.size; r++) byHost[hosts.hostIndex[r]].push(r);
   const mine = byHost[host];
-  const local = new Subgroup(job, new GroupView(device, mine, LOCAL_GROUP_ID), mine.indexOf(me));
+  const local = new Subgroup(job, new GroupView(device, mine, LOCAL_GROUP_ID), mine.indexOf(me), "this host's ranks");
   const leaderRanks = byHost.map((ranks) => ranks[0]);
-  const leaders = leaderRanks[host] === me ? new Subgroup(job, new GroupView(device, leaderRanks, LEADERS_GROUP_ID), host) : undefined;
+  const leaders = leaderRanks[host] === me ? new Subgroup(job, new GroupView(device, leaderRanks, LEADERS_GROUP_ID), host, "the hosts' leaders") : undefined;
   const hostSizes = byHost.map((ranks) => ranks.length);
   const uniform = hostSizes.every((n) => n === hostSizes[0]);
   const lr = hosts.localRank[me];
-  const peers = uniform ? new Subgroup(job, new GroupView(device, byHost.map((ranks) => ranks[lr]), PEERS_GROUP_ID), host) : undefined;
+  const peers = uniform ? new Subgroup(job, new GroupView(device, byHost.map((ranks) => ranks[lr]), PEERS_GROUP_ID), host, 'the same local rank on every host') : undefined;
   let contiguous = true;
   for (let r = 1; r < job.size; r++) if (hosts.hostIndex[r] < hosts.hostIndex[r - 1]) contiguous = false;
   return { local, leaders, peers, hostOf: hosts.hostIndex, localRankOf: hosts.localRank, host, hostSizes, contiguous };

@@ -182,11 +182,15 @@ export class Device implements PairHost, CompletionSink, CollectiveTransport {
     }
     let text = '';
     if (stopped.length > 0) text = `; ${stopped.join(' and ')} ${stopped.length > 1 ? 'are' : 'is'} stopped (SIGSTOP, Ctrl-Z or a debugger): every other rank waits for ${stopped.length > 1 ? 'them' : 'it'}; resume it with SIGCONT or end the job`;
+    // A pair that failed with nothing in flight aborted nobody (a peer that finished and exited
+    // stops no one), but a call now stuck is most likely waiting, through others, on that rank.
+    const gone = this.pairs.filter((p): p is Pair => p?.error !== undefined && p.error !== this.failure);
+    if (gone.length > 0) text += `; ${gone.map((p) => `rank ${p.peer}`).join(' and ')} ${gone.length > 1 ? 'are' : 'is'} gone (${gone[0].error!.code}: ${unlabel(gone[0].error!.message, this.label)}), which probably holds up this call`;
     // Peers on other hosts cannot be looked up; the fabric says which stopped answering.
     const silent: string[] = [];
     for (const p of this.pairs) {
       const ms = p?.qp.unansweredMs ?? 0;
-      if (p && ms >= SILENT_MS) silent.push(`rank ${p.peer}${p.qp.peerAddress ? ` (${p.qp.peerAddress})` : ''}`);
+      if (p && !p.error && ms >= SILENT_MS) silent.push(`rank ${p.peer}${p.qp.peerAddress ? ` (${p.qp.peerAddress})` : ''}`);
     }
     if (silent.length === 1) text += `; ${silent[0]} has not answered the fabric for over ${SILENT_MS / 1000} s: its process or host is probably gone`;
     // A dead peer can also hold up the fabric's queue toward live ones: say so.

@@ -130,6 +130,9 @@ if (why) {
       assert.ok(m, r.out.slice(-3000));
       assert.ok(Number(m![1]) <= 5000 + 2000, `rank ${k} took ${m![1]} ms`);
       assert.match(m![3], /rank 2/, r.out.slice(-4000));
+      // Each names itself by its job rank, also from inside the hierarchy's subgroups (whose
+      // group ranks differ: rank 3 is rank 2 of the hosts' leaders).
+      assert.match(m![3], new RegExp(`^rank ${k}\\b`), m![3]);
     }
     assert.not.match(r.out, /leaked in \/dev\/shm/);
   });
