@@ -6,7 +6,7 @@
  * the plan's seconds, per block size, and prints each point (POINT_PREFIX + JSON).
  */
 import { init } from '../../src/index.js';
-import { pointOf, POINT_PREFIX, slotsFor, type TrialPlan } from './plan.js';
+import { warmupSeconds, pointOf, POINT_PREFIX, slotsFor, type TrialPlan } from './plan.js';
 
 const plan = JSON.parse(process.argv[2]) as TrialPlan;
 const ctx = await init({ timeoutMs: 120_000 });
@@ -77,7 +77,7 @@ if (ctx.rank === 0) {
     };
     let warm = plan.inflight;
     let warmSec = await stream(warm, undefined);
-    while (warmSec < plan.seconds / 10) {
+    while (warmSec < warmupSeconds(plan.seconds)) {
       warm *= 2;
       warmSec = await stream(warm, undefined);
     }

@@ -9,7 +9,7 @@
 import { CompletionBatch, Opcode, Status } from '../../src/nic/index.js';
 import { joinMesh } from '../../harness/local-group.js';
 import { runWorker } from '../../harness/worker-ipc.js';
-import { pointOf, slotsFor, type TrialPlan, type TrialPoint } from './plan.js';
+import { warmupSeconds, pointOf, slotsFor, type TrialPlan, type TrialPoint } from './plan.js';
 
 const [, rankS, , provider, planJson] = process.argv.slice(2);
 const rank = Number(rankS);
@@ -63,7 +63,7 @@ async function main(): Promise<TrialPoint[]> {
     // Warm-up, which also sizes the measured run to about plan.seconds.
     let warmOps = window;
     let warmSec = stream(warmOps, undefined);
-    while (warmSec < plan.seconds / 10) {
+    while (warmSec < warmupSeconds(plan.seconds)) {
       warmOps *= 2;
       warmSec = stream(warmOps, undefined);
     }

@@ -12,7 +12,7 @@ export interface TrialPlan {
   batch: number;
   /** Batches in flight. */
   inflight: number;
-  /** Seconds measured per block size (after a warm-up of a tenth of it). */
+  /** Seconds measured per block size (after the warm-up of warmupSeconds). */
   seconds: number;
   /** weft only: 'async' (await waitBatch) or 'sync' (waitBatchSync). */
   wait: 'async' | 'sync';
@@ -33,6 +33,16 @@ export interface TrialPoint {
 
 /** Engine rank 0 prints each point as this prefix and one JSON object. */
 export const POINT_PREFIX = 'WEFT_TRANSFER_POINT ';
+
+/**
+ * Seconds of warm-up before a point is measured, for both systems: a tenth of the point, at
+ * least half a second. The engine's JavaScript needs that long to reach V8's optimizing tier;
+ * with 0.1 s, points of 1 s measured part of it in the baseline tiers (64 KiB over shm: 0.80-0.89x
+ * of the NIC stream with 1 s points, 0.90-0.91x with 8 s points).
+ */
+export function warmupSeconds(seconds: number): number {
+  return Math.max(seconds / 10, 0.5);
+}
 
 /** Slots of `block` bytes on each side: as many as requests in flight, at most 64 MiB (2 at least). */
 export function slotsFor(block: number, batch: number, inflight: number): number {
