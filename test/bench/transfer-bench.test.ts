@@ -11,6 +11,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseBlock } from '../../bench/transfer/index.js';
+import { summarize, type TransferRow } from '../../bench/transfer/report.js';
 
 const BENCH = fileURLToPath(new URL('../../bench/transfer/index.js', import.meta.url));
 
@@ -60,6 +61,16 @@ test('bad options are refused, naming the option', () => {
   } finally {
     rmSync(out, { recursive: true, force: true });
   }
+});
+
+test('weft/nic is the median of the paired runs; the ratio of medians stays beside it', () => {
+  // Run 2's machine was slow for the NIC trial and slower still for weft's: unpaired medians
+  // (5.9 / 8) would say 0.74x; the runs themselves say about 0.98x.
+  const row = (system: 'weft' | 'nic', run: number, gbps: number): TransferRow => ({ bench: 'transfer', system, provider: 'shm', op: 'read', batch: 64, inflight: 4, wait: system === 'nic' ? 'sync' : 'async', run, block_bytes: 65536, gbps, ops_per_s: 1, avg_us: 1, p99_us: 1, batches: 1 });
+  const rows = [row('nic', 0, 10), row('weft', 0, 9.9), row('nic', 1, 6), row('weft', 1, 5.9), row('nic', 2, 8), row('weft', 2, 5.5)];
+  const weft = summarize(rows).find((s) => s.system === 'weft')!;
+  assert.ok(Math.abs(weft.vs_nic! - 5.9 / 6) < 1e-12, String(weft.vs_nic));
+  assert.ok(Math.abs(weft.vs_nic_of_medians! - 5.9 / 8) < 1e-12, String(weft.vs_nic_of_medians));
 });
 
 test('block sizes parse as the CLI documents', () => {
