@@ -35,13 +35,14 @@ export interface TrialPoint {
 export const POINT_PREFIX = 'WEFT_TRANSFER_POINT ';
 
 /**
- * Seconds of warm-up before a point is measured, for both systems: a tenth of the point, at
- * least half a second. The engine's JavaScript needs that long to reach V8's optimizing tier;
- * with 0.1 s, points of 1 s measured part of it in the baseline tiers (64 KiB over shm: 0.80-0.89x
- * of the NIC stream with 1 s points, 0.90-0.91x with 8 s points).
+ * Seconds of warm-up before a point is measured, for both systems: a tenth of the point, and
+ * at least half a second for points of a second or more. The engine's JavaScript needs that
+ * long to reach V8's optimizing tier; with 0.1 s, points of 1 s measured part of it in the
+ * baseline tiers (64 KiB over shm: 0.80-0.89x of the NIC stream with 1 s points, 0.90-0.91x with
+ * 8 s points). Quick (smoke) points keep a warm-up of half their length at most.
  */
 export function warmupSeconds(seconds: number): number {
-  return Math.max(seconds / 10, 0.5);
+  return Math.max(seconds / 10, Math.min(0.5, seconds / 2));
 }
 
 /** Slots of `block` bytes on each side: as many as requests in flight, at most 64 MiB (2 at least). */
