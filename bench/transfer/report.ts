@@ -39,10 +39,13 @@ export interface TransferSummary {
   runs: number[];
 }
 
+/** One point of one system; `run` set: that trial's. */
+const pointKey = (r: { system: string; wait: string; provider: string; op: string; block_bytes: number }, run = -1) => `${r.system}|${r.wait}|${r.provider}|${r.op}|${r.block_bytes}|${run}`;
+
 export function summarize(rows: TransferRow[]): TransferSummary[] {
   const groups = new Map<string, TransferRow[]>();
   for (const r of rows) {
-    const k = `${r.system}|${r.wait}|${r.provider}|${r.op}|${r.block_bytes}`;
+    const k = pointKey(r);
     let g = groups.get(k);
     if (!g) groups.set(k, (g = []));
     g.push(r);
@@ -67,14 +70,14 @@ export function summarize(rows: TransferRow[]): TransferSummary[] {
     });
   }
   const nicRun = new Map<string, number>();
-  for (const r of rows) if (r.system === 'nic') nicRun.set(`${r.provider}|${r.op}|${r.block_bytes}|${r.run}`, r.gbps);
+  for (const r of rows) if (r.system === 'nic') nicRun.set(pointKey(r, r.run), r.gbps);
   for (const s of out) {
     if (s.system !== 'weft') continue;
     const nic = out.find((n) => n.system === 'nic' && n.provider === s.provider && n.op === s.op && n.block_bytes === s.block_bytes);
     if (!nic) continue;
     s.vs_nic_of_medians = s.gbps / nic.gbps;
-    const paired = groups.get(`weft|${s.wait}|${s.provider}|${s.op}|${s.block_bytes}`)!.flatMap((w) => {
-      const n = nicRun.get(`${w.provider}|${w.op}|${w.block_bytes}|${w.run}`);
+    const paired = groups.get(pointKey(s))!.flatMap((w) => {
+      const n = nicRun.get(pointKey(nic, w.run));
       return n ? [w.gbps / n] : [];
     });
     s.vs_nic = paired.length ? median(paired) : s.vs_nic_of_medians;

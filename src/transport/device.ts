@@ -184,7 +184,7 @@ export class Device implements PairHost, CompletionSink, CollectiveTransport {
     if (stopped.length > 0) text = `; ${stopped.join(' and ')} ${stopped.length > 1 ? 'are' : 'is'} stopped (SIGSTOP, Ctrl-Z or a debugger): every other rank waits for ${stopped.length > 1 ? 'them' : 'it'}; resume it with SIGCONT or end the job`;
     // A pair that failed with nothing in flight aborted nobody (a peer that finished and exited
     // stops no one), but a call now stuck is most likely waiting, through others, on that rank.
-    const gone = this.pairs.filter((p): p is Pair => p?.error !== undefined && p.error !== this.failure);
+    const gone = this.failedPeers();
     if (gone.length > 0) text += `; ${gone.map((p) => `rank ${p.peer}`).join(' and ')} ${gone.length > 1 ? 'are' : 'is'} gone (${gone[0].error!.code}: ${unlabel(gone[0].error!.message, this.label)}), which probably holds up this call`;
     // Peers on other hosts cannot be looked up; the fabric says which stopped answering.
     const silent: string[] = [];
@@ -200,8 +200,12 @@ export class Device implements PairHost, CompletionSink, CollectiveTransport {
 
   /** The first peer whose pair failed (a dead rank, a broken connection), if any. */
   failedPeer(): Pair | undefined {
-    for (const p of this.pairs) if (p?.error) return p;
-    return undefined;
+    return this.failedPeers()[0];
+  }
+
+  /** The pairs that failed on their own (a dead rank, a broken connection), not with the job's abort. */
+  private failedPeers(): Pair[] {
+    return this.pairs.filter((p): p is Pair => p?.error !== undefined && p.error !== this.failure);
   }
 
   /** CompletionSink: a completion of one of our QPs. */
