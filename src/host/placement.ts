@@ -1,13 +1,22 @@
 import { availableParallelism } from 'node:os';
 
 /**
+ * The cores this process could run on when it started. Read once, at load: init() pins a rank's
+ * thread to one core (bindLocalRank), after which the affinity mask, and so
+ * availableParallelism(), says 1, and a device created after pinning took a job of 2 ranks
+ * on 2 cores for an oversubscribed one (its waits yielded instead of spinning).
+ */
+const CORES_AT_START = availableParallelism();
+
+/**
  * Cores this job may use on this host: WEFT_CORES when set (a host shared with other work, or
- * hosts emulated on one machine, which share its cores), else every core this process may run
- * on. More local ranks than this and waits yield instead of spinning, and ranks are not pinned.
+ * hosts emulated on one machine, which share its cores), else every core this process could
+ * run on when it started (before pinning). More local ranks than this and waits yield instead
+ * of spinning, and ranks are not pinned.
  */
 export function hostCores(env: NodeJS.ProcessEnv = process.env): number {
   const n = Number(env.WEFT_CORES);
-  return Number.isInteger(n) && n >= 1 ? n : availableParallelism();
+  return Number.isInteger(n) && n >= 1 ? n : CORES_AT_START;
 }
 
 /**

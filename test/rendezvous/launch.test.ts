@@ -3,18 +3,20 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { spawn, spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { availableParallelism, tmpdir } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import path from 'node:path';
 import { localPlacement, hostCores } from '../../src/host/placement.js';
 import { openStore } from '../../src/rendezvous/open.js';
 import { rankFromEnv } from '../../src/rendezvous/env.js';
+import { native } from '../../src/native/binding.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 const WEFT = path.join(root, 'bin', 'weft.js');
 const RANK = path.join(root, 'test', 'rendezvous', 'workers', 'mesh-rank.mjs');
 const SECRET_RANK = path.join(root, 'test', 'rendezvous', 'workers', 'secret-rank.mjs');
 const BLAME_RANK = path.join(root, 'test', 'rendezvous', 'workers', 'blame-rank.mjs');
+const PLACEMENT_RANK = path.join(root, 'test', 'rendezvous', 'workers', 'placement-rank.mjs');
 const PASSWORD_WARNING = /weft run: warning: the --store URL carries a password/;
 
 interface Run {
@@ -240,6 +242,30 @@ test('local rank and size from each launcher, Slurm\'s task lists included; WEFT
   assert.equal(localPlacement({ WEFT_LOCAL_RANK: '1', WEFT_LOCAL_WORLD_SIZE: '2', SLURM_LOCALID: '7' }), { rank: 1, size: 2 });
   assert.is(hostCores({ WEFT_CORES: '3' }), 3);
   assert.is(hostCores({ WEFT_CORES: 'x' }), hostCores({}));
+});
+
+test('as many ranks as cores: each is pinned to its own core and its device still sees a host that is not oversubscribed (shm and ofi)', async () => {
+  const cores = availableParallelism();
+  if (cores < 2) return void console.log('  skipped: one core');
+  for (const provider of ['shm', ...(native.ofi.available ? ['ofi'] : [])]) {
+    const r = await weftRun(['-n', String(cores), PLACEMENT_RANK], { env: { WEFT_PROVIDER: provider } });
+    assert.is(r.code, 0, r.err);
+    const cpus = new Set<string>();
+    for (let rank = 0; rank < cores; rank++) {
+      const m = new RegExp(`placement rank ${rank} cpus (\\S+) oversubscribed (\\w+)`).exec(r.out);
+      assert.ok(m, `rank ${rank} did not report over ${provider}:\n${r.out}\n${r.err}`);
+      assert.match(m![1], /^\d+$/, `rank ${rank} over ${provider} runs on cpus ${m![1]}, expected one core`);
+      cpus.add(m![1]);
+      // A device created after the pinning read the pinned mask as the host's cores (1) and took
+      // 2 ranks on 2 cores for an oversubscribed host: its waits yielded instead of spinning.
+      assert.is(m![2], 'false', `rank ${rank} over ${provider} takes ${cores} ranks on ${cores} cores for oversubscribed`);
+    }
+    assert.is(cpus.size, cores, `ranks share cores over ${provider}: ${[...cpus].join(' ')}`);
+  }
+  // One rank more than cores: nobody is pinned, and the devices know the host is oversubscribed.
+  const r = await weftRun(['-n', String(cores + 1), PLACEMENT_RANK]);
+  assert.is(r.code, 0, r.err);
+  for (let rank = 0; rank <= cores; rank++) assert.match(r.out, new RegExp(`placement rank ${rank} cpus \\S*[-,]\\S* oversubscribed true`));
 });
 
 test('a rank hosting the TcpStore on an address other hosts reach refuses to without a secret', async () => {
