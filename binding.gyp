@@ -30,7 +30,7 @@
       "targets": [
         {
           "target_name": "weft_ofi",
-          "sources": ["native/ofi_addon.cc", "native/fail.cc", "native/ofi.cc", "native/fabric_library.cc"],
+          "sources": ["native/ofi_addon.cc", "native/fail.cc", "native/ofi.cc", "native/fd_relay.cc", "native/fabric_library.cc"],
           "cflags_cc": ["<!@(node scripts/gyp-fabric.mjs cflags)"],
           "libraries": ["-ldl"]
         }

@@ -9,6 +9,7 @@
 // libfabric itself is opened at load (fabric_library.h).
 #include "addon.h"
 #include "fabric_library.h"
+#include "fd_relay.h"
 
 #include <poll.h>
 #include <sys/random.h>
@@ -143,6 +144,8 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
                         InstanceMethod("waitSync", &Endpoint::WaitSync),
                         InstanceMethod("waitAsync", &Endpoint::WaitAsync),
                         InstanceMethod("mayBlock", &Endpoint::MayBlockJs),
+                        InstanceMethod("ringOnActivity", &Endpoint::RingOnActivity),
+                        InstanceMethod("relayRings", &Endpoint::RelayRings),
                         InstanceMethod("close", &Endpoint::Close)});
   }
 
@@ -269,6 +272,7 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
   }
 
   void Cleanup() {
+    relay_.Stop();  // its thread polls the CQ's fd and rings a segment's word: both go below
     StopWait(false);
     napi_env env = env_;
     for (Mr& m : mrs_) {
@@ -581,6 +585,28 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
     return Napi::Boolean::New(env, true);
   }
 
+  // ringOnActivity(i32, index): until the CQ's wait fd next becomes readable, then add 1 to
+  // i32[index] (a futex word in shared memory) and wake its waiters (FdRelay). For a device
+  // that sleeps on another provider's futex and must also wake for fabric completions. Call
+  // after mayBlock() said true, so the fd is not readable from a completion already seen.
+  // False without a wait fd or helper thread: the caller then sleeps in short slices.
+  Napi::Value RingOnActivity(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (!IsOpen(env)) return env.Undefined();
+    if (waitFd_ < 0) return Napi::Boolean::New(env, false);
+    if (info.Length() < 2 || !info[0].IsTypedArray() || info[0].As<Napi::TypedArray>().TypedArrayType() != napi_int32_array) {
+      return Fail(env, "EINVAL", "ringOnActivity(i32: Int32Array, index: number)");
+    }
+    Napi::Int32Array words = info[0].As<Napi::Int32Array>();
+    int64_t i = info[1].As<Napi::Number>().Int64Value();
+    if (i < 0 || static_cast<size_t>(i) >= words.ElementLength()) return Fail(env, "ERANGE", "ringOnActivity: index out of range");
+    return Napi::Boolean::New(env, relay_.Arm(waitFd_, words.Data() + i));
+  }
+
+  Napi::Value RelayRings(const Napi::CallbackInfo& info) {
+    return Napi::Number::New(info.Env(), static_cast<double>(relay_.rings()));
+  }
+
   // waitAsync(timeoutMs): Promise<boolean>, on the libuv loop (fd providers only). One wait at
   // a time: the JS side shares the promise among its callers.
   Napi::Value WaitAsync(const Napi::CallbackInfo& info) {
@@ -691,6 +717,7 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
   uv_timer_t* timer_ = nullptr;
   uv_idle_t* idle_ = nullptr;
   napi_deferred deferred_ = nullptr;
+  FdRelay relay_;
 };
 
 napi_value Endpoint::Submit(napi_env env, napi_callback_info cb) { return SubmitImpl(env, cb); }

@@ -67,6 +67,14 @@ export interface OfiEndpoint {
   waitAsync(timeoutMs: number): Promise<boolean>;
   /** False while the CQ has entries or the provider has work to progress (fi_trywait). */
   mayBlock(): boolean;
+  /**
+   * Until the CQ's wait fd next becomes readable: then adds 1 to `words[index]` (a futex in
+   * shared memory) and wakes its waiters, from a helper thread. Call after mayBlock() said
+   * true. False without a wait fd (the caller sleeps in short slices instead).
+   */
+  ringOnActivity(words: Int32Array, index: number): boolean;
+  /** How many times the helper thread of ringOnActivity has rung (tests). */
+  relayRings(): number;
   close(): void;
 }
 

@@ -259,6 +259,12 @@ export interface Device {
    * the launcher's local world size): waiters then hand the core over instead of spinning.
    */
   readonly oversubscribed: boolean;
+  /**
+   * Fabric devices with a CQ wait fd: until that fd next turns readable, then add 1 to
+   * `words[index]` (a futex in shared memory) and wake its waiters, from a helper thread; false
+   * when the device cannot. Lets a device over two providers sleep on one futex for both.
+   */
+  ringOnActivity?(words: Int32Array, index: number): boolean;
   /** Allocates and registers `byteLength` bytes that peers may access. */
   allocate(byteLength: number): MemoryRegion;
   /**

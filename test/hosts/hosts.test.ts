@@ -79,6 +79,16 @@ if (why) {
     assert.match(r.out, /ok rank 1: /);
   });
 
+  test('a blocking wait asleep on the shm doorbell wakes for a fabric completion (the relay rings it)', async () => {
+    // The device sleeps on its shm futex; a message from the other host must end that sleep,
+    // not wait for a 1 ms slice to end (or, before the relay, the whole slice list).
+    const r = await runOnHosts(hosts, { perHost: [1, 1], script: HOSTS_RANK, args: ['wake'], store: redis, timeoutMs: 60_000 });
+    assert.equal(r.codes.slice(0, 2), [0, 0], r.out.slice(-3000));
+    const m = /wake rank 0: got 42, relay rang (\d+)/.exec(r.out);
+    assert.ok(m, r.out.slice(-3000));
+    assert.ok(Number(m![1]) >= 1, `the relay never rang: ${m![0]}`);
+  });
+
   test('a TcpStore on a network address: a launcher without the secret is refused; a client with a wrong one too', async () => {
     const noSecret = await runOnHosts(hosts, { perHost: [1, 1], script: HOSTS_RANK, args: ['info'], store: { kind: 'master', host: 0, port: 29399, secret: '' }, timeoutMs: 30_000 });
     assert.equal(noSecret.codes.slice(0, 2), [1, 1], noSecret.out);

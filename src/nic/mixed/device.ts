@@ -28,7 +28,7 @@ import * as SL from '../shm/layout.js';
 /** QP numbers of this device stay below this (the completion router's table size). */
 const MAX_QPS = 1024;
 const DESC_MAGIC = 0x31584d57; // 'WMX1'
-/** A blocking sleeper looks at the fabric this often. */
+/** Without the fabric's relay (no wait fd), a blocking sleeper looks at the fabric this often. */
 const SYNC_SLICE_MS = 1;
 
 /** A region registered with both providers (or only the fabric, for memory not shared). */
@@ -292,12 +292,14 @@ class MixedCompletionQueue implements CompletionQueue {
       this.dev.ofi.cq.doorbell.beforeSleep?.();
     },
     sleepSync: (ms, ready) => {
-      const until = performance.now() + ms;
-      const shm = this.dev.shm.cq.doorbell;
-      do {
-        shm.sleepSync(Math.min(SYNC_SLICE_MS, ms), ready);
-        if (ready()) return;
-      } while (performance.now() < until);
+      const d = this.dev;
+      // The fabric has completions or work to progress: poll both again at once.
+      if (d.ofi.cq.doorbell.mayBlock?.() === false) return;
+      // One futex sleep that ends on either: peers on this host ring the shm doorbell, and the
+      // fabric's helper thread rings the same word when the CQ's fd turns readable (armed
+      // after the doorbell's value is read, so a ring in between is not lost). Slept in 1 ms
+      // slices before: a fabric completion waited up to a slice for the sleeper to look.
+      d.shm.cq.sleepSync(ms, ready, () => (d.ofi.ringOnActivity?.(d.shm.ctl, SL.DOORBELL) ? ms : SYNC_SLICE_MS));
     },
     sleepAsync: async (ms, ready) => {
       const d = this.dev;

@@ -261,6 +261,16 @@ export class OfiDevice implements Device, QpHost {
   }
 
   /**
+   * Until the CQ's wait fd next turns readable (a completion, or fabric work to progress): then
+   * a helper thread adds 1 to `words[index]`, a futex in shared memory, and wakes its waiters.
+   * For a device that sleeps on another provider's futex. Call after `ep.mayBlock()` said true.
+   * False when the provider has no wait fd.
+   */
+  ringOnActivity(words: Int32Array, index: number): boolean {
+    return this.ep.ringOnActivity(words, index);
+  }
+
+  /**
    * Sleeps until the CQ may have something or `ms` pass (one native wait shared by callers);
    * with work already pending, until the next event-loop iteration.
    */

@@ -97,15 +97,7 @@ export class ShmCompletionQueue implements CompletionQueue {
   /** The futex peers ring after committing a completion, while someone sleeps on it. */
   readonly doorbell: Doorbell = {
     beforeSleep: () => this.dev.flushGrants(true),
-    sleepSync: (ms, ready) => {
-      // Polls check peers' liveness only every 64th time (hot path): a sleeper does it per slice.
-      this.dev.progress(performance.now());
-      const c = this.dev.ctl;
-      Atomics.add(c, L.SLEEPING, 1);
-      const bell = Atomics.load(c, L.DOORBELL);
-      if (!ready()) native.futexWait(c, L.DOORBELL, bell, ms);
-      Atomics.sub(c, L.SLEEPING, 1);
-    },
+    sleepSync: (ms, ready) => this.sleepSync(ms, ready),
     sleepAsync: async (ms, ready) => {
       this.dev.progress(performance.now());
       const c = this.dev.ctl;
@@ -118,6 +110,24 @@ export class ShmCompletionQueue implements CompletionQueue {
       }
     },
   };
+
+  /**
+   * One blocking sleep on the doorbell: at most `ms`, unless `ready()` (checked once the sleep
+   * is announced) says there is no need or a peer rings. `arm`, when given, runs after the
+   * doorbell's value is read and before `ready()`: another source may then ring the same word
+   * (a mixed device's fabric relay) without a ring being lost; it returns the longest sleep
+   * that is safe, `ms` when that source will ring.
+   */
+  sleepSync(ms: number, ready: () => boolean, arm?: () => number): void {
+    // Polls check peers' liveness only every 64th time (hot path): a sleeper does it per slice.
+    this.dev.progress(performance.now());
+    const c = this.dev.ctl;
+    Atomics.add(c, L.SLEEPING, 1);
+    const bell = Atomics.load(c, L.DOORBELL);
+    const longest = arm ? arm() : ms;
+    if (!ready()) native.futexWait(c, L.DOORBELL, bell, Math.min(ms, longest));
+    Atomics.sub(c, L.SLEEPING, 1);
+  }
 
   private readonly isReady = () => this.ready();
 

@@ -3,6 +3,9 @@
 //   info   prints "info rank R: {json}" (local rank and size, every rank's host, the provider)
 //   loop   allreduces (and barriers) in a loop until one fails; prints "looping rank R" after
 //          10 rounds and "rank R error after N ms CODE: message" at the end
+//   wake   rank 0 waits (blocking) for a message rank 1 (on another host) sends 300 ms later,
+//          long enough for the wait to go to sleep; prints how many times the fabric's relay
+//          rang the sleeper's doorbell
 import { init, type WeftError } from '../../../src/index.js';
 
 const mode = process.argv[2] ?? 'info';
@@ -13,6 +16,20 @@ if (mode === 'info') {
   const hosts = [...Array(size).keys()].map((r) => ctx.hostOf(r));
   console.log(`info rank ${rank}: ${JSON.stringify({ localRank: ctx.localRank, localSize: ctx.localSize, hosts, provider: ctx.device.providerName })}`);
   await ctx.barrier();
+  await ctx.close();
+} else if (mode === 'wake') {
+  const x = new Float64Array(1);
+  const fabric = (ctx.device as unknown as { ofi?: { ep?: { relayRings(): number } } }).ofi?.ep;
+  ctx.barrierSync();
+  if (rank === 1) {
+    await new Promise((r) => setTimeout(r, 300));
+    x[0] = 42;
+    ctx.sendSync(x, 0);
+  } else if (rank === 0) {
+    ctx.recvSync(x, 1);
+    console.log(`wake rank 0: got ${x[0]}, relay rang ${fabric?.relayRings() ?? 'n/a'}`);
+  }
+  ctx.barrierSync();
   await ctx.close();
 } else if (mode === 'loop') {
   const x = new Float32Array(Number(process.argv[3] ?? 50_000));
