@@ -32,6 +32,11 @@ export const H = {
    * that took another root, or whose call failed, left it behind). 0 for point to point.
    */
   CALL: 10,
+  /**
+   * With FLAG_CREDIT: the sender's count of chunks it has consumed from the receiver (mod
+   * 2^32), the credit a KIND_CREDIT would carry, riding on data that goes back anyway.
+   */
+  ACK: 11,
 } as const;
 
 /** 'WTM1' little-endian. */
@@ -44,6 +49,8 @@ export const FLAG_BOUND = 1;
  * from the caller's registered memory and its send completes only on that credit.
  */
 export const FLAG_ACK = 2;
+/** Header flag: ACK holds the sender's consumed count (frees ring slots at the receiver). */
+export const FLAG_CREDIT = 4;
 
 /** Immediate data: the top two bits say what the WRITE_IMM means. */
 export const KIND_SHIFT = 30;

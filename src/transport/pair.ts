@@ -205,7 +205,11 @@ export class Pair {
     words[w + L.H.SIG] = op.sig;
     words[w + L.H.CALL] = op.call;
     const last = op.pos + len >= op.src.byteLength;
-    words[w + L.H.FLAGS] = op.zcRegion && last ? op.flags | L.FLAG_ACK : op.flags;
+    // The credits this rank owes the peer ride along: the peer's ring slots are freed without a
+    // KIND_CREDIT of their own (a request-reply exchange then sends no credits at all).
+    words[w + L.H.ACK] = this.consumed | 0;
+    this.returned = this.consumed;
+    words[w + L.H.FLAGS] = (op.zcRegion && last ? op.flags | L.FLAG_ACK : op.flags) | L.FLAG_CREDIT;
     op.lastSeq = seq;
     if (this.direct) {
       copyInto(this.direct, off + L.HEADER_BYTES, op.src, op.pos, len);
@@ -299,9 +303,7 @@ export class Pair {
       if (!this.error) this.onChunk();
     }
     else if (kind === L.KIND_CREDIT) {
-      this.acked += ((imm & L.KIND_MASK) - (this.acked & L.KIND_MASK)) & L.KIND_MASK;
-      if (this.unacked.length > 0) this.settleUnacked();
-      this.pump();
+      this.credit(imm & L.KIND_MASK);
     } else if (kind === L.KIND_ABORT) {
       this.abortSeen = true;
       const g = this.host.geometry;
@@ -332,6 +334,10 @@ export class Pair {
     const call = r[w + L.H.CALL] >>> 0;
     const flags = r[w + L.H.FLAGS];
     const bound = (flags & L.FLAG_BOUND) !== 0;
+    if ((flags & L.FLAG_CREDIT) !== 0) {
+      this.credit(r[w + L.H.ACK] & L.KIND_MASK);
+      if (this.error) return;
+    }
     if (len > g.chunkBytes || offset + len > total) return this.protocolError(`chunk ${this.received - 1} claims ${len} bytes at ${offset} of a ${total}-byte message`);
     const payload = off + L.HEADER_BYTES;
 
@@ -370,6 +376,20 @@ export class Pair {
     }
     this.consumed++;
     if (this.consumed - this.returned >= g.slots >> 1 || g.slots === 1 || (flags & L.FLAG_ACK) !== 0) this.returnCredits();
+  }
+
+  /**
+   * The peer has consumed `count` (mod 2^30) of our chunks: their slots are free. From a
+   * KIND_CREDIT or a data chunk's header; both arrive in order, so the count never goes back,
+   * and it cannot pass what was sent.
+   */
+  private credit(count: number): void {
+    const d = (count - (this.acked & L.KIND_MASK)) & L.KIND_MASK;
+    if (d === 0) return;
+    if (d > this.sent - this.acked) return this.protocolError(`rank ${this.peer} returned credit for ${d} chunks, but only ${this.sent - this.acked} are in its ring`);
+    this.acked += d;
+    if (this.unacked.length > 0) this.settleUnacked();
+    this.pump();
   }
 
   /** Zero-copy sends whose last chunk the peer has consumed are done (their memory is free again). */
