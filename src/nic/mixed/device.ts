@@ -293,13 +293,14 @@ class MixedCompletionQueue implements CompletionQueue {
     },
     sleepSync: (ms, ready) => {
       const d = this.dev;
-      // The fabric has completions or work to progress: poll both again at once.
-      if (d.ofi.cq.doorbell.mayBlock?.() === false) return;
       // One futex sleep that ends on either: peers on this host ring the shm doorbell, and the
       // fabric's helper thread rings the same word when the CQ's fd turns readable (armed
-      // after the doorbell's value is read, so a ring in between is not lost). Slept in 1 ms
-      // slices before: a fabric completion waited up to a slice for the sleeper to look.
-      d.shm.cq.sleepSync(ms, ready, () => (d.ofi.ringOnActivity?.(d.shm.ctl, SL.DOORBELL) ? ms : SYNC_SLICE_MS));
+      // after the doorbell's value is read, so a ring in between is not lost). When the fabric
+      // has work pending (fi_trywait: its fd would not tell) or no relay, a short slice, then
+      // the caller polls both again. (Before the relay every sleep was 1 ms slices, and a
+      // fabric completion waited up to a slice for the sleeper to look.)
+      const fabricQuiet = d.ofi.cq.doorbell.mayBlock?.() !== false;
+      d.shm.cq.sleepSync(ms, ready, () => (fabricQuiet && d.ofi.ringOnActivity?.(d.shm.ctl, SL.DOORBELL) ? ms : SYNC_SLICE_MS));
     },
     sleepAsync: async (ms, ready) => {
       const d = this.dev;
