@@ -1,8 +1,9 @@
 /**
- * The transport's flow control between two ranks (docs/wire-format.md, "Transport rings"): a
- * chunk's header returns the credits its sender owes, so request-reply traffic posts no CREDIT
- * immediates; one-way traffic still gets them (or its sender would stop); a forged credit for
- * chunks that were never sent aborts the job with EPROTO naming the peer. Over shm and ofi.
+ * The transport's pair protocol between two ranks (docs/wire-format.md, "Transport rings"):
+ * a chunk's header returns the credits its sender owes, so request-reply traffic posts no CREDIT
+ * immediates; one-way traffic still gets them (or its sender would stop); a chunk whose header
+ * is forged (a credit for chunks never sent, a wrong magic or sequence number, a length past
+ * the slot) aborts the job with EPROTO naming the peer. Over shm and ofi.
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -13,7 +14,7 @@ import { native } from '../../src/native/binding.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const WEFT = path.resolve(here, '..', '..', '..', 'bin', 'weft.js');
-const RANK = path.join(here, 'workers', 'credit-rank.js');
+const RANK = path.join(here, 'workers', 'pair-protocol-rank.js');
 
 interface Line {
   rank: number;
@@ -41,6 +42,24 @@ for (const provider of ['shm', ...(native.ofi.available ? ['ofi'] : [])]) {
     assert.match(forged.message!, /malformed message from rank 0: rank 0 returned credit for 1\d\d\d chunks, but only \d+ are in its ring/);
     assert.ok(get(0, 'forged').code, 'rank 0 should fail too (the job is aborted)');
   });
+
+  const FORGED: [string, RegExp][] = [
+    ['magic', /malformed message from rank 0: chunk \d+ has a bad header \(magic deadbeef/],
+    ['seq', /malformed message from rank 0: chunk \d+ has a bad header \(magic 314d5457, seq \d+\)/],
+    ['length', /malformed message from rank 0: chunk \d+ claims 2147483647 bytes at 0 of a 32-byte message/],
+  ];
+  for (const [forge, why] of FORGED) {
+    test(`a chunk header with a forged ${forge} over ${provider}: EPROTO naming the peer, on both ranks`, () => {
+      const r = spawnSync(process.execPath, [WEFT, 'run', '-n', '2', RANK, forge], { encoding: 'utf8', timeout: 120_000, env: { ...process.env, NO_COLOR: '1', WEFT_PROVIDER: provider } });
+      const lines = [...r.stdout.matchAll(/credits (\{.*\})$/gm)].map((m) => JSON.parse(m[1]) as Line);
+      const at1 = lines.find((l) => l.rank === 1 && l.phase === 'forged');
+      const at0 = lines.find((l) => l.rank === 0 && l.phase === 'forged');
+      assert.ok(at1 && at0, `a rank did not report:\n${r.stdout}\n${r.stderr}`);
+      assert.is(at1!.code, 'EPROTO', JSON.stringify(at1));
+      assert.match(at1!.message!, why);
+      assert.is(at0!.code, 'EPROTO', `rank 0 learns why the job ended: ${JSON.stringify(at0)}`);
+    });
+  }
 }
 
 test.run();
