@@ -51,10 +51,15 @@ async function keys(store: string, prefix: string): Promise<string[]> {
   }
 }
 
-async function waitForRanks(job: Job): Promise<void> {
-  // mesh-rank prints nothing before it hangs: wait until both ranks joined (their keys exist).
-  for (let i = 0; i < 100 && !/rank/.test(job.out()); i++) await sleep(50);
-  await sleep(1500);
+/** Until both ranks of `job` have joined: their mesh keys are in the store (mesh-rank prints nothing before it hangs). */
+async function waitForRanks(job: Job, store: string, prefix: string): Promise<void> {
+  const want = [`${prefix}/mesh/0`, `${prefix}/mesh/1`];
+  for (let i = 0; i < 200; i++) {
+    const have = await keys(store, prefix);
+    if (want.every((k) => have.includes(k))) return;
+    await sleep(50);
+  }
+  throw new Error(`the ranks of the first job did not join within 10 s:\n${job.out()}`);
 }
 
 function stores(): [string, () => void][] {
@@ -70,7 +75,7 @@ for (const [store, cleanup] of stores()) {
     const prefix = `claim-${process.pid}-${kind}`;
     const a = start(store, prefix, '-1', 'hang');
     try {
-      await waitForRanks(a);
+      await waitForRanks(a, store, prefix);
       const b = start(store, prefix);
       const code = await b.exit;
       assert.is.not(code, 0, `the second job ran:\n${b.out()}`);
@@ -89,7 +94,7 @@ for (const [store, cleanup] of stores()) {
   test(`${kind}: the claim of a SIGKILLed launcher is taken over by the next job`, async () => {
     const prefix = `claim-killed-${process.pid}-${kind}`;
     const a = start(store, prefix, '-1', 'hang');
-    await waitForRanks(a);
+    await waitForRanks(a, store, prefix);
     a.child.kill('SIGKILL');
     await a.exit;
     // Its ranks see the launcher gone and exit (their event loop turns: within a second).
