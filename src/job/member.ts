@@ -6,6 +6,7 @@
  */
 import type { WaitOptions } from '../util/deadline.js';
 import { isPeerAlive } from '../host/identity.js';
+import { WeftError } from '../errors.js';
 import type { CompletionRouter } from '../nic/completion-router.js';
 import type { Device, QueuePair } from '../nic/types.js';
 import type { PrefixStore } from '../rendezvous/prefix-store.js';
@@ -118,6 +119,7 @@ export class JobMember {
     this.transport.close();
     this.closeUsers();
     for (const qp of this.pairs) qp?.close();
+    this.router.close(new WeftError('ECLOSED', `rank ${this.rank}: the context was closed while this wait was pending`));
     this.device.close();
     try {
       await this.store.set(`_gone/${this.rank}`, new Uint8Array(0));

@@ -60,6 +60,8 @@ export class CompletionRouter {
   /** The sync wait's condition (a field, so waitSync allocates no closure). */
   private syncReady: () => boolean = () => true;
 
+  private closed = false;
+
   constructor(readonly device: Device) {}
 
   /** Routes the completions of QP `qpn` to `sink`. */
@@ -89,6 +91,7 @@ export class CompletionRouter {
    * of a copyrpc call's CPU on shm.
    */
   pollAlone(batch: CompletionBatch): number {
+    if (this.closed) return 0;
     const n = this.device.cq.poll(batch);
     if (n > 0 && this.looping) this.kick();
     return n;
@@ -104,6 +107,8 @@ export class CompletionRouter {
    * many were handed out. Wakes the shared loop: a waiter may be satisfied now.
    */
   poll(): number {
+    // The device is closed: nothing more comes, and its CQ must not be touched.
+    if (this.closed) return 0;
     const b = this.batch;
     const byQpn = this.byQpn;
     let total = 0;
@@ -197,6 +202,16 @@ export class CompletionRouter {
   failAll(err: unknown): void {
     for (const w of this.waiters.splice(0)) w.reject(err);
     this.kick();
+  }
+
+  /**
+   * Its owner is about to close the device: fails every async waiter with `err`, and polls
+   * from now on find nothing. Without it, the shared loop, woken after the close, polled the
+   * closed CQ and its error ended the process as an unhandled rejection.
+   */
+  close(err: unknown): void {
+    this.closed = true;
+    this.failAll(err);
   }
 
   private readonly loopReady = (): boolean => this.poll() > 0 || this.kicked;

@@ -388,7 +388,10 @@ export class RpcEngine<U = unknown> implements RpcHost<U>, CompletionSink {
     // Requests still waiting for an answer fail now rather than at their timeouts.
     this.driverOf?.close(new WeftError('ECLOSED', `${this.label}: the rpc engine was closed with the request outstanding`));
     for (const ep of this.endpoints) ep.close();
-    if (this.ownsDevice) this.device.close();
+    if (this.ownsDevice) {
+      this.router.close(new WeftError('ECLOSED', `${this.label}: the rpc engine was closed while this wait was pending`));
+      this.device.close();
+    }
   }
 
   // ---- RpcHost --------------------------------------------------------------------------

@@ -17,6 +17,7 @@ const RANK = path.join(root, 'test', 'rendezvous', 'workers', 'mesh-rank.mjs');
 const SECRET_RANK = path.join(root, 'test', 'rendezvous', 'workers', 'secret-rank.mjs');
 const BLAME_RANK = path.join(root, 'test', 'rendezvous', 'workers', 'blame-rank.mjs');
 const PLACEMENT_RANK = path.join(root, 'test', 'rendezvous', 'workers', 'placement-rank.mjs');
+const CLOSE_PENDING_RANK = path.join(root, 'test', 'rendezvous', 'workers', 'close-pending-rank.mjs');
 const PASSWORD_WARNING = /weft run: warning: the --store URL carries a password/;
 
 interface Run {
@@ -266,6 +267,14 @@ test('as many ranks as cores: each is pinned to its own core and its device stil
   const r = await weftRun(['-n', String(cores + 1), PLACEMENT_RANK]);
   assert.is(r.code, 0, r.err);
   for (let rank = 0; rank <= cores; rank++) assert.match(r.out, new RegExp(`placement rank ${rank} cpus \\S*[-,]\\S* oversubscribed true`));
+});
+
+test('close() with an async wait pending: the wait fails with ECLOSED, the process goes on (shm and ofi)', async () => {
+  for (const provider of ['shm', ...(native.ofi.available ? ['ofi'] : [])]) {
+    const r = await weftRun(['-n', '2', CLOSE_PENDING_RANK], { env: { WEFT_PROVIDER: provider } });
+    assert.is(r.code, 0, `over ${provider}:\n${r.out}\n${r.err}`);
+    for (const rank of [0, 1]) assert.match(r.out, new RegExp(`close rank ${rank}: ECLOSED`), `over ${provider}:\n${r.out}`);
+  }
 });
 
 test('a rank hosting the TcpStore on an address other hosts reach refuses to without a secret', async () => {
