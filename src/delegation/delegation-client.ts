@@ -15,6 +15,8 @@
  */
 import { availableParallelism } from 'node:os';
 import { WeftError } from '../errors.js';
+import { PLAIN_LOAD_ACQUIRES } from '../host/acquire.js';
+import { copyInto } from '../host/copy.js';
 import { FutexBell, ringBell } from '../host/futex-bell.js';
 import { waitSync, type WaitPlan } from '../host/wait.js';
 import { Deadline, type WaitOptions } from '../util/deadline.js';
@@ -72,6 +74,9 @@ export class DelegationClient<U = unknown> extends Waiter {
   private openOffset = -1;
   private openSlot = 0;
   private pendingPos = 0;
+  private tailSeen = 0;
+  private epochSeen = -1;
+  private readonly epochWord: number;
   private closed = false;
 
   private constructor(name: string, sab: SharedArrayBuffer, layout: DelegationLayout, clientId: number, o: DelegationClientOptions) {
@@ -83,6 +88,7 @@ export class DelegationClient<U = unknown> extends Waiter {
     this.i32 = new Int32Array(sab);
     this.base = (layout.ext + 64 + clientId * CLIENT_RECORD) >> 2;
     this.srv = layout.ext >> 2;
+    this.epochWord = this.srv + SERVER.TAIL_EPOCH;
     this.ringMask = layout.ringDepth - 1;
     this.respMask = layout.respDepth - 1;
     this.respBase = layout.respArea + clientId * layout.respDepth * layout.respSlot;
@@ -134,7 +140,7 @@ export class DelegationClient<U = unknown> extends Waiter {
     if (payload.length > this.layout.requestBytes) throw new WeftError('EINVAL', `DelegationClient ${this.clientId}: request of ${payload.length} bytes, the ring at ${this.name} takes ${this.layout.requestBytes}`);
     const view = this.begin(userData);
     if (view === null) return false;
-    view.set(payload);
+    copyInto(view, 0, payload, 0, payload.length);
     this.commit();
     return true;
   }
@@ -159,7 +165,15 @@ export class DelegationClient<U = unknown> extends Waiter {
     if (pos === -1) Atomics.add(i32, HEAD_W + 1, 1); // carry into head's high word
     i32[base + CLIENT.RESERVED_POS] = pos;
     i32[base + CLIENT.PHASE] = PHASE_RESERVED;
-    if ((pos - Atomics.load(i32, TAIL_W)) >>> 0 >= this.layout.ringDepth) this.waitForSpace(pos);
+    // Flow control against the tail read last time, a lower bound of the server's: the shared
+    // tail is a cache line the server writes on every batch, read again only when the bound
+    // says full. The server's epoch count (a word it writes once per 2^30 positions) tells
+    // that the cached tail is still less than 2^30 behind, so the 32-bit difference is exact.
+    const epoch = PLAIN_LOAD_ACQUIRES ? i32[this.epochWord] : Atomics.load(i32, this.epochWord);
+    if (epoch !== this.epochSeen || (pos - this.tailSeen) >>> 0 >= this.layout.ringDepth) {
+      this.epochSeen = epoch;
+      if ((pos - (this.tailSeen = Atomics.load(i32, TAIL_W))) >>> 0 >= this.layout.ringDepth) this.waitForSpace(pos);
+    }
     const off = H.RING + (pos & this.ringMask) * this.layout.reqSlot;
     i32[(off + SLOT.CLIENT_ID) >> 2] = this.clientId;
     i32[(off + SLOT.RESP_SLOT) >> 2] = s;
@@ -205,11 +219,16 @@ export class DelegationClient<U = unknown> extends Waiter {
     let n = 0;
     let s = this.oldest;
     let oldest = -1;
+    // The first slot looked at is read with Atomics (a loop of polls always has a real
+    // synchronizing load); the later ones need acquire order only (host/acquire.ts).
+    let plain = false;
     for (let k = 0; k <= mask && left > 0; k++, s = (s + 1) & mask) {
       if (busy[s] === 0) continue;
       left--;
       const off = this.respBase + s * slot;
-      if (Atomics.load(u8, off) !== 1) {
+      const valid = plain ? u8[off] : Atomics.load(u8, off);
+      plain = PLAIN_LOAD_ACQUIRES;
+      if (valid !== 1) {
         if (oldest < 0) oldest = s;
         if (prefixOnly) break;
         continue;
@@ -218,7 +237,9 @@ export class DelegationClient<U = unknown> extends Waiter {
       this.users[s] = undefined;
       // The slot stays busy during the handler, so a call made from it cannot take it.
       onResponse?.(user, this.responses[s], s);
-      Atomics.store(u8, off, 0);
+      // A plain store is enough: the server writes this slot again only for a call that
+      // names it, whose commit (Atomics.store) comes after this store.
+      u8[off] = 0;
       busy[s] = 0;
       this.inflight--;
       n++;
@@ -281,5 +302,5 @@ export class DelegationClient<U = unknown> extends Waiter {
     }
   }
 
-  private readonly hasSpace = () => (this.pendingPos - Atomics.load(this.i32, TAIL_W)) >>> 0 < this.layout.ringDepth;
+  private readonly hasSpace = () => (this.pendingPos - (this.tailSeen = Atomics.load(this.i32, TAIL_W))) >>> 0 < this.layout.ringDepth;
 }

@@ -40,8 +40,15 @@ export const H = {
 export const SLOT = { COMMITTED: 0, CLIENT_ID: 4, RESP_SLOT: 8, PAYLOAD: 16 } as const;
 export const RESP = { VALID: 0, PAYLOAD: 8 } as const;
 
-/** Int32 words of the server's line in the extension area (relative to its first word). */
-export const SERVER = { STATE: 0, SLEEPING: 5, BELL: 6, TAIL_SLEEPING: 7, TAIL_BELL: 8 } as const;
+/**
+ * Int32 words of the server's line in the extension area (relative to its first word).
+ * TAIL_EPOCH counts the times the tail crossed a multiple of TAIL_EPOCH positions: a client
+ * that saw it unchanged knows its cached tail is less than that far behind, so comparing
+ * 32-bit positions with the cached value is exact (section "delegationrpc" of wire-format.md).
+ */
+export const SERVER = { STATE: 0, SLEEPING: 5, BELL: 6, TAIL_SLEEPING: 7, TAIL_BELL: 8, TAIL_EPOCH: 9 } as const;
+/** Tail positions per TAIL_EPOCH step (2^30: far below the 2^32 of the positions' low word). */
+export const TAIL_EPOCH = 1 << 30;
 /**
  * Int32 words of a client's two lines (owner words 1-4: owner.ts). The call phase sits on
  * the second line: the client writes it on every call, the server reads the first line on

@@ -17,12 +17,14 @@
  */
 import { availableParallelism } from 'node:os';
 import { WeftError } from '../errors.js';
+import { PLAIN_LOAD_ACQUIRES } from '../host/acquire.js';
+import { copyInto } from '../host/copy.js';
 import { ringBell, FutexBell } from '../host/futex-bell.js';
 import type { WaitPlan } from '../host/wait.js';
 import { Deadline, type WaitOptions } from '../util/deadline.js';
 import {
   attachedClients, checkGeometry, CLIENT, CLIENT_ATTACHED, CLIENT_CLOSING, CLIENT_DEAD, CLIENT_RECORD, CLIENT_RELEASED, H, layoutOf, PHASE_RESERVED, PHASE_RESERVING,
-  RESP, SERVER, SLOT, writeHeader, type DelegationGeometry, type DelegationLayout,
+  RESP, SERVER, SLOT, TAIL_EPOCH, writeHeader, type DelegationGeometry, type DelegationLayout,
 } from './delegation-layout.js';
 import { ownerAlive, writeOwner } from './owner.js';
 import { createLayerSegment, defaultJob, removeLayerSegment } from './segment.js';
@@ -83,12 +85,12 @@ export class DelegationServer extends Waiter {
   private readonly reapIntervalMs: number;
   private cursor = 0;
   private cursorHi = 0;
-  private cachedHead = 0;
+  /** Committed requests the last poll() counted that recv() has not taken yet. */
+  private counted = 0;
   private tail = 0;
   private holeActive = false;
   private holePos = 0;
   private holeSince = 0;
-  private holePolls = 0;
   private polls = 0;
   private lastReap = 0;
   private closed = false;
@@ -138,36 +140,57 @@ export class DelegationServer extends Waiter {
    * Counts the committed requests from the cursor up to the first hole (a slot reserved
    * but not yet committed); recv() then takes them. A hole that outlives holeTimeoutMs is
    * examined: skipped when its owner is dead or nobody owns it.
+   *
+   * The notes bound the scan by a snapshot of head; this scan does without it, since every
+   * client fetch_adds head and a server reading it on every poll would pull its cache line
+   * away from them. A slot past head cannot be committed: its previous lap is behind the
+   * cursor, so the server cleared it, and a client writes position p only once p - tail <
+   * ring_depth (and tail never passes the cursor). So the run of committed slots from the
+   * cursor ends where the notes' scan ends: at head or at the first hole. Head is read every
+   * 256th empty poll, to tell a hole (head past the cursor) from an empty ring.
    */
   poll(): number {
-    const head = Atomics.load(this.i32, HEAD_W);
-    this.cachedHead = head;
     const u8 = this.u8;
     const mask = this.ringMask;
     const slot = this.layout.reqSlot;
-    const depth = this.layout.ringDepth;
     let p = this.cursor;
-    let n = 0;
-    // At most one lap: a hostile head or committed flags cannot make this loop long.
-    while (p !== head && n < depth && Atomics.load(u8, H.RING + (p & mask) * slot) === 1) {
+    if (Atomics.load(u8, H.RING + (p & mask) * slot) !== 1) {
+      this.counted = 0;
+      if ((++this.polls & 255) === 0) {
+        this.checkHole();
+        if ((this.polls & 1023) === 0) this.maybeReap();
+      }
+      return 0;
+    }
+    const depth = this.layout.ringDepth;
+    // The first slot was loaded with Atomics above; the later ones need acquire order only.
+    // At most one lap: committed flags a hostile process set cannot make this loop long.
+    let n = 1;
+    p = (p + 1) | 0;
+    while (n < depth && (PLAIN_LOAD_ACQUIRES ? u8[H.RING + (p & mask) * slot] : Atomics.load(u8, H.RING + (p & mask) * slot)) === 1) {
       p = (p + 1) | 0;
       n++;
     }
-    if (n === 0 && p !== head) this.onHole();
-    else this.holeActive = false;
+    this.counted = n;
+    this.holeActive = false;
     if ((++this.polls & 1023) === 0) this.maybeReap();
     return n;
   }
 
-  /** Takes the next committed request, or null (nothing committed at the cursor). */
+  /**
+   * Takes the next committed request, or null (nothing committed at the cursor). Takes what
+   * the last poll() counted: that poll already read each slot's committed flag.
+   */
   recv(): RecvEntry | null {
+    if (this.counted === 0) return null;
+    this.counted--;
     const p = this.cursor;
-    if (p === this.cachedHead) return null;
     const off = H.RING + (p & this.ringMask) * this.layout.reqSlot;
-    if (Atomics.load(this.u8, off) !== 1) return null;
     const clientId = this.i32[(off + SLOT.CLIENT_ID) >> 2] >>> 0;
     const respSlot = this.i32[(off + SLOT.RESP_SLOT) >> 2] >>> 0;
-    Atomics.store(this.u8, off, 0);
+    // A plain store is enough: clients write this slot again only after they have read (with
+    // Atomics) a tail that advanceTail() published (with Atomics) after this store.
+    this.u8[off] = 0;
     this.step();
     if (clientId >= this.layout.maxClients || respSlot >= this.layout.respDepth) {
       this.stats.malformed++;
@@ -186,7 +209,7 @@ export class DelegationServer extends Waiter {
     const c = this.cursor;
     if (c === this.tail) return;
     this.tail = c;
-    Atomics.store(this.i32, TAIL_W + 1, this.cursorHi);
+    if (this.i32[TAIL_W + 1] !== this.cursorHi) Atomics.store(this.i32, TAIL_W + 1, this.cursorHi);
     Atomics.store(this.i32, TAIL_W, c);
     ringBell(this.i32, this.srv + SERVER.TAIL_SLEEPING, this.srv + SERVER.TAIL_BELL);
   }
@@ -205,11 +228,11 @@ export class DelegationServer extends Waiter {
     const index = this.slotIndex(clientId, respSlot, 'reply');
     const left = --this.outstanding[clientId];
     const base = this.clientBase(clientId);
-    const state = Atomics.load(this.i32, base + CLIENT.STATE);
+    const state = PLAIN_LOAD_ACQUIRES ? this.i32[base + CLIENT.STATE] : Atomics.load(this.i32, base + CLIENT.STATE);
     if (state === CLIENT_ATTACHED || state === CLIENT_CLOSING) {
       if (payload !== undefined) {
         if (payload.length > this.layout.responseBytes) throw new WeftError('EINVAL', `delegationrpc server ${this.name}: reply of ${payload.length} bytes, the ring's responses are ${this.layout.responseBytes} bytes`);
-        this.replies[index].set(payload);
+        copyInto(this.replies[index], 0, payload, 0, payload.length);
       }
       Atomics.store(this.u8, this.layout.respArea + index * this.layout.respSlot + RESP.VALID, 1);
       ringBell(this.i32, base + CLIENT.SLEEPING, base + CLIENT.BELL);
@@ -246,7 +269,7 @@ export class DelegationServer extends Waiter {
       oversubscribed: attachedClients(this.i32, this.layout) + 1 > availableParallelism(),
       call: { deadline: new Deadline(options.timeoutMs, options.signal), what: `delegationrpc server ${this.name}: ${what} for requests` },
       probe: () => {
-        this.poll();
+        if (this.poll() === 0) this.checkHole();
         this.maybeReap();
       },
     };
@@ -263,8 +286,19 @@ export class DelegationServer extends Waiter {
   }
 
   private step(): void {
-    this.cursor = (this.cursor + 1) | 0;
-    if (this.cursor === 0) this.cursorHi = (this.cursorHi + 1) | 0;
+    const c = (this.cursor = (this.cursor + 1) | 0);
+    if ((c & (TAIL_EPOCH - 1)) !== 0) return;
+    if (c === 0) this.cursorHi = (this.cursorHi + 1) | 0;
+    // Clients compare this count with the one they read with their cached tail (see
+    // DelegationClient.begin): bumped before a tail past the boundary is published.
+    Atomics.add(this.i32, this.srv + SERVER.TAIL_EPOCH, 1);
+  }
+
+  /** Whether the cursor sits on a hole (head is past it, its slot not committed): if so, onHole(). */
+  private checkHole(): void {
+    const p = this.cursor;
+    if (Atomics.load(this.i32, HEAD_W) !== p && Atomics.load(this.u8, H.RING + (p & this.ringMask) * this.layout.reqSlot) !== 1) this.onHole();
+    else this.holeActive = false;
   }
 
   /** The cursor sits on a hole: note since when, and examine it once it is old. */
@@ -273,12 +307,10 @@ export class DelegationServer extends Waiter {
       this.holeActive = true;
       this.holePos = this.cursor;
       this.holeSince = performance.now();
-      this.holePolls = 0;
       return;
     }
-    // A hole is normal for the nanoseconds between a client's fetch_add and its commit: look
-    // at the clock only every 256th poll that finds one.
-    if ((++this.holePolls & 255) !== 0) return;
+    // A hole is normal for the nanoseconds between a client's fetch_add and its commit; the
+    // callers look only every 256th empty poll, or between sleeps.
     const now = performance.now();
     if (now - this.holeSince < this.holeTimeoutMs) return;
     this.holeSince = now;

@@ -6,11 +6,15 @@
  * keyed by the shared page, not by the mapping).
  */
 import { native } from '../native/binding.js';
+import { PLAIN_LOAD_ACQUIRES } from './acquire.js';
 import type { Doorbell } from './wait.js';
 
-/** Wakes the sleepers on (words[sleeping], words[bell]), if any: call after publishing. */
+/**
+ * Wakes the sleepers on (words[sleeping], words[bell]), if any: call after publishing with
+ * Atomics.store (or another atomic write), whose full barrier orders this load after it.
+ */
 export function ringBell(words: Int32Array, sleeping: number, bell: number): void {
-  if (Atomics.load(words, sleeping) !== 0) {
+  if ((PLAIN_LOAD_ACQUIRES ? words[sleeping] : Atomics.load(words, sleeping)) !== 0) {
     Atomics.add(words, bell, 1);
     native.futexWake(words, bell);
   }

@@ -7,7 +7,7 @@ const system: IpcSystem = {
   name: 'delegation',
   placements: ['threads', 'processes'],
   async startServer(cfg) {
-    const server = DelegationServer.create({ maxClients: cfg.clients, ringDepth: nextPow2(Math.max(64, cfg.clients * cfg.qd)), respDepth: nextPow2(cfg.qd), requestBytes: cfg.bytes, responseBytes: cfg.bytes });
+    const server = DelegationServer.create({ maxClients: cfg.clients, ringDepth: nextPow2(Math.max(1024, cfg.clients * cfg.qd)), respDepth: nextPow2(cfg.qd), requestBytes: cfg.bytes, responseBytes: cfg.bytes });
     return {
       descriptor: server.name,
       serve(stop) {
