@@ -16,7 +16,7 @@
 import { availableParallelism } from 'node:os';
 import { WeftError } from '../errors.js';
 import { PLAIN_LOAD_ACQUIRES } from '../host/acquire.js';
-import { copyInto } from '../host/copy.js';
+import { copyShort, SHORT_COPY_MAX } from '../host/copy.js';
 import { FutexBell, ringBell } from '../host/futex-bell.js';
 import { waitSync, type WaitPlan } from '../host/wait.js';
 import { Deadline, type WaitOptions } from '../util/deadline.js';
@@ -140,7 +140,9 @@ export class DelegationClient<U = unknown> extends Waiter {
     if (payload.length > this.layout.requestBytes) throw new WeftError('EINVAL', `DelegationClient ${this.clientId}: request of ${payload.length} bytes, the ring at ${this.name} takes ${this.layout.requestBytes}`);
     const view = this.begin(userData);
     if (view === null) return false;
-    copyInto(view, 0, payload, 0, payload.length);
+    const n = payload.length;
+    if (n <= SHORT_COPY_MAX) copyShort(this.u8, this.i32, this.openOffset + SLOT.PAYLOAD, payload, n);
+    else view.set(payload);
     this.commit();
     return true;
   }

@@ -18,7 +18,7 @@
 import { availableParallelism } from 'node:os';
 import { WeftError } from '../errors.js';
 import { PLAIN_LOAD_ACQUIRES } from '../host/acquire.js';
-import { copyInto } from '../host/copy.js';
+import { copyShort, SHORT_COPY_MAX } from '../host/copy.js';
 import { ringBell, FutexBell } from '../host/futex-bell.js';
 import type { WaitPlan } from '../host/wait.js';
 import { Deadline, type WaitOptions } from '../util/deadline.js';
@@ -232,7 +232,9 @@ export class DelegationServer extends Waiter {
     if (state === CLIENT_ATTACHED || state === CLIENT_CLOSING) {
       if (payload !== undefined) {
         if (payload.length > this.layout.responseBytes) throw new WeftError('EINVAL', `delegationrpc server ${this.name}: reply of ${payload.length} bytes, the ring's responses are ${this.layout.responseBytes} bytes`);
-        copyInto(this.replies[index], 0, payload, 0, payload.length);
+        const n = payload.length;
+        if (n <= SHORT_COPY_MAX) copyShort(this.u8, this.i32, this.layout.respArea + index * this.layout.respSlot + RESP.PAYLOAD, payload, n);
+        else this.replies[index].set(payload);
       }
       Atomics.store(this.u8, this.layout.respArea + index * this.layout.respSlot + RESP.VALID, 1);
       ringBell(this.i32, base + CLIENT.SLEEPING, base + CLIENT.BELL);

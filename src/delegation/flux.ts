@@ -144,7 +144,7 @@ export class FluxNode<T = unknown> extends Waiter {
     this.busy[target * m + tag] = 1;
     const ring = this.callsOut[target];
     const pos = this.callPos[target];
-    ring.payload(pos).set(payload);
+    ring.fill(pos, payload);
     ring.publish(pos, tag);
     this.callPos[target] = (pos + 1) | 0;
     this.inflightTo[target]++;
@@ -162,7 +162,7 @@ export class FluxNode<T = unknown> extends Waiter {
     for (let j = 0; j < this.layout.nodes; j++) {
       if (this.inflightTo[j] === 0) continue;
       const ring = this.repliesIn[j];
-      while (this.inflightTo[j] > 0 && ring.ready(this.replyInPos[j])) {
+      for (let first = true; this.inflightTo[j] > 0 && (first ? ring.ready(this.replyInPos[j]) : ring.readyNext(this.replyInPos[j])); first = false) {
         const pos = this.replyInPos[j];
         this.replyInPos[j] = (pos + 1) | 0;
         const tag = ring.tag(pos);
@@ -212,7 +212,7 @@ export class FluxNode<T = unknown> extends Waiter {
     if (payload.length > this.layout.payloadBytes) throw new WeftError('EINVAL', `Flux node ${this.nodeId}: reply of ${payload.length} bytes, the mesh carries ${this.layout.payloadBytes}`);
     const ring = this.repliesOut[to];
     const pos = this.replyPos[to];
-    ring.payload(pos).set(payload);
+    ring.fill(pos, payload);
     ring.publish(pos, tag);
     this.replyPos[to] = (pos + 1) | 0;
     const line = nodeLine(to);

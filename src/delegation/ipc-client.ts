@@ -103,9 +103,8 @@ export class IpcClient<U = unknown> extends Waiter {
   /** Sends `payload` with `userData` for poll(); false when `depth` calls are in flight. */
   call(payload: Uint8Array, userData?: U): boolean {
     if (payload.length > this.layout.requestBytes) throw new WeftError('EINVAL', `IpcClient ${this.clientId}: request of ${payload.length} bytes, the server at ${this.name} takes ${this.layout.requestBytes}`);
-    const view = this.begin(userData);
-    if (view === null) return false;
-    view.set(payload);
+    if (this.begin(userData) === null) return false;
+    this.req.fill(this.reqPos, payload);
     this.commit();
     return true;
   }
@@ -138,7 +137,7 @@ export class IpcClient<U = unknown> extends Waiter {
   poll(onResponse?: (userData: U, response: Uint8Array, tag: number) => void): number {
     let n = 0;
     const ring = this.resp;
-    while (this.inflight > 0 && ring.ready(this.respPos)) {
+    while (this.inflight > 0 && (n === 0 ? ring.ready(this.respPos) : ring.readyNext(this.respPos))) {
       const pos = this.respPos;
       this.respPos = (pos + 1) | 0;
       const tag = ring.tag(pos);

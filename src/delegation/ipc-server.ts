@@ -17,6 +17,7 @@
  */
 import { availableParallelism } from 'node:os';
 import { WeftError } from '../errors.js';
+import { PLAIN_LOAD_ACQUIRES } from '../host/acquire.js';
 import { FutexBell, ringBell } from '../host/futex-bell.js';
 import type { WaitPlan } from '../host/wait.js';
 import { Deadline, type WaitOptions } from '../util/deadline.js';
@@ -67,6 +68,8 @@ export class IpcServer extends Waiter {
   private limit = 0;
   private at = 0;
   private pass = 0;
+  /** recv() is draining the client at `at` (its last slot was ready): see StampedRing.readyNext. */
+  private draining = false;
   private lastReap = 0;
   private closed = false;
 
@@ -116,7 +119,9 @@ export class IpcServer extends Waiter {
       if (this.live[c] !== 0 && (this.idle[c] < IDLE_AFTER || (this.pass & (SKIP_EVERY - 1)) === 0)) {
         const pos = this.cursor[c];
         const ring = this.reqRings[c];
-        if (ring.ready(pos)) {
+        // While a client is being drained, its next slots need acquire order only.
+        if (this.draining ? ring.readyNext(pos) : ring.ready(pos)) {
+          this.draining = true;
           this.idle[c] = 0;
           this.cursor[c] = (pos + 1) | 0;
           const tag = ring.tag(pos);
@@ -133,6 +138,7 @@ export class IpcServer extends Waiter {
         }
         this.idle[c]++;
       }
+      this.draining = false;
       this.at = c + 1 >= n ? 0 : c + 1;
     }
     if ((++this.pass & 255) === 0 || n === 0) this.refresh();
@@ -150,13 +156,13 @@ export class IpcServer extends Waiter {
     this.checkClient(clientId, 'reply');
     const left = --this.outstanding[clientId];
     const line = (clientBlock(this.layout, clientId) >> 2);
-    const state = Atomics.load(this.i32, line + ICLI.STATE);
+    const state = PLAIN_LOAD_ACQUIRES ? this.i32[line + ICLI.STATE] : Atomics.load(this.i32, line + ICLI.STATE);
     if (state === IPC_ATTACHED || state === IPC_CLOSING) {
       const ring = this.respRings[clientId];
       const pos = this.respPos[clientId];
       if (payload !== undefined) {
         if (payload.length > this.layout.responseBytes) throw new WeftError('EINVAL', `ipc server ${this.name}: reply of ${payload.length} bytes, responses are ${this.layout.responseBytes} bytes`);
-        ring.payload(pos).set(payload);
+        ring.fill(pos, payload);
       }
       ring.publish(pos, tag);
       this.respPos[clientId] = (pos + 1) | 0;

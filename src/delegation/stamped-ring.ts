@@ -7,6 +7,8 @@
  * slot is never rewritten before it was read, and a stale or garbage stamp is never taken
  * for a new message.
  */
+import { PLAIN_LOAD_ACQUIRES } from '../host/acquire.js';
+import { copyShort, SHORT_COPY_MAX } from '../host/copy.js';
 import { line } from './segment.js';
 
 /** Byte offsets inside a slot. */
@@ -23,6 +25,7 @@ export function stampedSlotBytes(payloadBytes: number): number {
 export class StampedRing {
   readonly mask: number;
   private readonly stampWord: Int32Array;
+  private readonly u8: Uint8Array;
   private readonly payloads: Uint8Array[] = [];
 
   constructor(
@@ -34,12 +37,20 @@ export class StampedRing {
   ) {
     this.mask = depth - 1;
     this.stampWord = i32;
+    this.u8 = new Uint8Array(i32.buffer);
     for (let i = 0; i < depth; i++) this.payloads.push(new Uint8Array(i32.buffer, base + i * slotBytes + PAYLOAD, payloadBytes));
   }
 
   /** Payload view of the slot of `pos` (fill it, then publish). */
   payload(pos: number): Uint8Array {
     return this.payloads[pos & this.mask];
+  }
+
+  /** Producer: copies `src` (at most the payload size) into the slot of `pos`, before publish(). */
+  fill(pos: number, src: Uint8Array): void {
+    const n = src.length;
+    if (n <= SHORT_COPY_MAX) copyShort(this.u8, this.i32, this.base + (pos & this.mask) * this.slotBytes + PAYLOAD, src, n);
+    else this.payloads[pos & this.mask].set(src);
   }
 
   /** Producer: makes the message at `pos` (payload already written) visible with `tag`. */
@@ -52,6 +63,16 @@ export class StampedRing {
   /** Consumer: the message at `pos` has been published. */
   ready(pos: number): boolean {
     return Atomics.load(this.stampWord, (this.base + (pos & this.mask) * this.slotBytes) >> 2) === ((pos + 1) | 0);
+  }
+
+  /**
+   * ready() for a message after the first of one drain: a plain load where that is an
+   * acquire load (host/acquire.ts). The first check of every drain must be ready(), so that
+   * a loop of polls always makes a synchronizing load.
+   */
+  readyNext(pos: number): boolean {
+    const w = (this.base + (pos & this.mask) * this.slotBytes) >> 2;
+    return (PLAIN_LOAD_ACQUIRES ? this.stampWord[w] : Atomics.load(this.stampWord, w)) === ((pos + 1) | 0);
   }
 
   /** The tag of the message at `pos` (after ready). */
