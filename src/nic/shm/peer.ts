@@ -2,8 +2,8 @@
  * A peer device's control segment as mapped by this process: its completion ring, credit
  * grants, memory-region table and doorbell, plus the peer's data segments mapped on demand.
  */
-import { native } from '../../native/binding.js';
 import { WeftError } from '../../errors.js';
+import { ringBell } from '../../host/futex-bell.js';
 import { isPeerAlive, type ProcessIdentity } from '../../host/identity.js';
 import { openSegment } from '../../host/segments.js';
 import * as L from './layout.js';
@@ -44,10 +44,7 @@ export class PeerControl {
 
   /** Wakes the peer if it sleeps on its doorbell (a syscall only when it does). */
   ring(): void {
-    if (Atomics.load(this.i32, L.SLEEPING) !== 0) {
-      Atomics.add(this.i32, L.DOORBELL, 1);
-      native.futexWake(this.i32, L.DOORBELL);
-    }
+    ringBell(this.i32, L.SLEEPING, L.DOORBELL);
   }
 
   /** Maps (once) the peer's data segment `segId`. */
