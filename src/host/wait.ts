@@ -63,6 +63,13 @@ export interface Doorbell {
 export interface WaitCall {
   readonly deadline: Deadline;
   readonly what: string;
+  /**
+   * The error to end the wait with once the deadline passed or the signal aborted, when the
+   * owner can say more than the deadline's generic one (what is still pending, which peer
+   * stopped). The wait asks for it between sleeps and every few yields: a `ready()` that
+   * read the clock itself would do so on every poll of the spin.
+   */
+  readonly expired?: () => Error;
 }
 
 /** Options of waitSync / waitAsync. */
@@ -112,7 +119,10 @@ function probe(plan: WaitPlan, ready: () => boolean): boolean {
   plan.probe?.();
   if (ready()) return true;
   const call = plan.call;
-  if (call) call.deadline.check(call.what);
+  if (call) {
+    if (call.expired !== undefined && call.deadline.expired()) throw call.expired();
+    call.deadline.check(call.what);
+  }
   return false;
 }
 

@@ -284,9 +284,12 @@ export class CompletionRouter {
         if (!w.ready()) {
           const { deadline } = w.call;
           if (!deadline.signal?.aborted && deadline.remaining() > 0) continue;
-          // The deadline passed since ready() looked: ask once more, for the owner's own
-          // timeout error (it names what it waited for, and a stopped peer).
-          if (!w.ready()) deadline.check(w.call.what);
+          // The deadline passed since ready() looked: ask once more, then end it with the
+          // owner's own error (it names what it waited for, and a stopped peer).
+          if (!w.ready()) {
+            if (w.call.expired !== undefined) throw w.call.expired();
+            deadline.check(w.call.what);
+          }
         }
       } catch (e) {
         err = e ?? new WeftError('ETRANSPORT', `${w.call.what}: failed`);

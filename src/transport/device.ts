@@ -6,7 +6,7 @@
  * joins the process's shared progress loop, so concurrent waiters never starve each other.
  */
 import { codedText, fromCodedText, WeftError } from '../errors.js';
-import { spin } from '../host/wait.js';
+import { spin, type WaitCall } from '../host/wait.js';
 import { isPeerStopped } from '../host/identity.js';
 import type { Deadline } from '../util/deadline.js';
 import { debugLog } from '../util/debug-log.js';
@@ -337,6 +337,11 @@ export class Device implements PairHost, CompletionSink, CollectiveTransport {
   }
 
   /** Throws the job's failure, if any, before an operation starts. */
+  /** Neither closed nor aborted (what checkUsable checks). */
+  get usable(): boolean {
+    return !this.closed && !this.failure;
+  }
+
   checkUsable(what: string): void {
     if (this.closed) throw new WeftError('ECLOSED', `${this.label}: ${what}: the context is closed`);
     if (this.failure) throw new WeftError(this.failure.code, `${this.label}: ${what}: the job was aborted earlier: ${this.failure.message}`, { cause: this.failure });
@@ -346,8 +351,18 @@ export class Device implements PairHost, CompletionSink, CollectiveTransport {
 
   /** Blocks until every op settled (the one waiting loop); throws the first failure or the timeout. */
   waitSync(ops: readonly TransportOp[], deadline: Deadline, what: string): void {
-    this.router.waitSync(this.opsReady(ops, deadline, what), { deadline, what });
+    // One wait object serves every blocking wait (no allocation per wait); a wait started
+    // from inside another (an op's callback) gets its own.
+    const w = this.syncWait.ops === NO_OPS ? this.syncWait : new OpsWait(this);
+    w.arm(ops, deadline, what);
+    try {
+      this.router.waitSync(w.ready, w);
+    } finally {
+      w.ops = NO_OPS;
+    }
   }
+
+  private readonly syncWait = new OpsWait(this);
 
   /**
    * Polls for up to `ms` without yielding to the event loop; true when every op is done.
@@ -383,34 +398,27 @@ export class Device implements PairHost, CompletionSink, CollectiveTransport {
 
   /** Resolves when every op settled; rejects with the first failure or the timeout. */
   waitAsync(ops: readonly TransportOp[], deadline: Deadline, what: string): Promise<void> {
-    return this.router.waitAsync(this.opsReady(ops, deadline, what), { deadline, what });
+    const w = new OpsWait(this);
+    w.arm(ops, deadline, what);
+    return this.router.waitAsync(w.ready, w);
   }
 
-  /** The condition of a wait for `ops`: true when all are done; throws the failure or the timeout. */
-  private opsReady(ops: readonly TransportOp[], deadline: Deadline, what: string): () => boolean {
-    return () => {
-      const r = this.check(ops, deadline, what);
-      if (r === true) return true;
-      if (r) throw r;
-      return false;
-    };
-  }
-
-  /** true: all done; an error: stop with it; false: keep waiting. */
-  private check(ops: readonly TransportOp[], deadline: Deadline, what: string): true | false | WeftError {
+  /** True when every op is done; throws the first failure (an error naming `what`). */
+  opsDone(ops: readonly TransportOp[], what: string): boolean {
     let all = true;
     for (let i = 0; i < ops.length; i++) {
       const op = ops[i];
-      if (op.error) return new WeftError(op.error.code, `${what}: ${unlabel(op.error.message, this.label)}`, { cause: op.error });
+      if (op.error) throw new WeftError(op.error.code, `${what}: ${unlabel(op.error.message, this.label)}`, { cause: op.error });
       if (!op.done) all = false;
     }
-    if (all) return true;
+    return all;
+  }
+
+  /** The error of a wait for `ops` whose deadline passed or whose signal aborted: what is still pending, and a stopped peer. */
+  opsExpired(ops: readonly TransportOp[], deadline: Deadline, what: string): WeftError {
     if (deadline.signal?.aborted) return new WeftError('EABORTED', `${what}: aborted by the caller's AbortSignal while waiting for ${this.pendingText(ops)}`, { cause: deadline.signal.reason });
-    if (deadline.remaining() <= 0) {
-      const stopped = this.stoppedText();
-      return new WeftError('ETIMEDOUT', `${what}: timed out after ${Math.round(deadline.timeoutMs)} ms waiting for ${this.pendingText(ops)}${stopped || '; is that rank alive and making the same call? Raise timeoutMs (or WEFT_TIMEOUT_MS) if it is just slow'}`);
-    }
-    return false;
+    const stopped = this.stoppedText();
+    return new WeftError('ETIMEDOUT', `${what}: timed out after ${Math.round(deadline.timeoutMs)} ms waiting for ${this.pendingText(ops)}${stopped || '; is that rank alive and making the same call? Raise timeoutMs (or WEFT_TIMEOUT_MS) if it is just slow'}`);
   }
 
   private pendingText(ops: readonly TransportOp[]): string {
@@ -443,4 +451,26 @@ export class Device implements PairHost, CompletionSink, CollectiveTransport {
     for (const p of this.pairs) if (p) this.router.detach(p.qp.qpn, this);
     this.router.kick();
   }
+}
+
+/**
+ * A wait for transport ops, as the completion router takes it: `ready` (every op done; throws
+ * an op's failure) reads no clock, since the waiting loop calls it on every poll of its
+ * spin; the deadline is the loop's to check, and `expired` gives the error it then throws.
+ */
+class OpsWait implements WaitCall {
+  ops: readonly TransportOp[] = NO_OPS;
+  deadline!: Deadline;
+  what = '';
+
+  constructor(private readonly device: Device) {}
+
+  arm(ops: readonly TransportOp[], deadline: Deadline, what: string): void {
+    this.ops = ops;
+    this.deadline = deadline;
+    this.what = what;
+  }
+
+  readonly ready = (): boolean => this.device.opsDone(this.ops, this.what);
+  readonly expired = (): Error => this.device.opsExpired(this.ops, this.deadline, this.what);
 }

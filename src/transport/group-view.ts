@@ -43,6 +43,8 @@ export interface CollectiveTransport {
   markFinished(slot: number, call: number): void;
   finishCall(slot: number, call: number): void;
   checkUsable(what: string): void;
+  /** What checkUsable checks, as a boolean (no string to build on the hot path). */
+  readonly usable: boolean;
   abort(err: WeftError): void;
   waitSync(ops: readonly TransportOp[], deadline: Deadline, what: string): void;
   pollFor(ops: readonly TransportOp[], ms: number): boolean;
@@ -119,6 +121,9 @@ export class GroupView implements CollectiveTransport {
   }
   checkUsable(what: string): void {
     this.device.checkUsable(what);
+  }
+  get usable(): boolean {
+    return this.device.usable;
   }
   abort(err: WeftError): void {
     this.device.abort(err);

@@ -33,6 +33,10 @@ export class Deadline {
   remaining(): number {
     return this.at - performance.now();
   }
+  /** The deadline passed or the signal aborted: what check() would throw for. */
+  expired(): boolean {
+    return this.signal?.aborted === true || performance.now() >= this.at;
+  }
   /** Throws ETIMEDOUT or EABORTED when the call must stop; `what` describes the call. */
   check(what: string): void {
     if (this.signal?.aborted) throw new WeftError('EABORTED', `${what}: aborted by the caller's AbortSignal`, { cause: this.signal.reason });

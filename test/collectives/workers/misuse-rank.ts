@@ -70,6 +70,13 @@ const CASES: Record<string, Case> = {
       await p.catch(() => {});
     }
   },
+  // Point to point: each rank's own arguments (checked before anything is sent).
+  'p2p: send to itself': (c, r) => c.send(f32(4, 1), r),
+  'p2p: source out of range': (c) => c.recv(f32(4, 0), 2),
+  'p2p: no source rank': (c) => c.recv(f32(4, 0), []),
+  'p2p: tag past 2^32 - 1': (c, r) => c.send(f32(4, 1), 1 - r, { tag: 2 ** 32 }),
+  'p2p: a string tag': (c, r) => c.recv(f32(4, 0), 1 - r, { tag: '5' as never }),
+  'p2p: not a typed array': (c, r) => c.send([1, 2] as never, 1 - r),
   'after close': async (c) => {
     await c.close();
     await c.allreduce(f32(4, 1));
