@@ -30,22 +30,22 @@ export class Request {
   }
   /** Resolves to the peer rank (the source, for a receive) once the operation finished. */
   async wait(): Promise<number> {
-    await this.g.transport.waitAsync(this.ops, new Deadline(this.options.timeoutMs, this.options.signal), this.what);
+    await this.g.transport.waitAsync(this.ops, new Deadline(this.options.timeoutMs, this.options.signal), this.describe);
     return this.g.transport.groupRank(this.op.peer);
   }
   waitSync(): number {
-    this.g.transport.waitSync(this.ops, new Deadline(this.options.timeoutMs, this.options.signal), this.what);
+    this.g.transport.waitSync(this.ops, new Deadline(this.options.timeoutMs, this.options.signal), this.describe);
     return this.g.transport.groupRank(this.op.peer);
   }
   /** Bytes received (receives) or sent. */
   get byteLength(): number {
     return this.op instanceof RecvOp ? this.op.got : (this.op as SendOp).src.byteLength;
   }
-  /** "rank R: send to rank D (tag T)": built when first asked for (an error, a timeout), not per call. */
-  private get what(): string {
+  /** "rank R: send to rank D (tag T)": made when an error needs it, not per call. */
+  private readonly describe = (): string => {
     this.label ??= `${this.op instanceof RecvOp ? recvWhere(this.g, this.peer) : sendWhere(this.g, this.peer as number)} (tag ${this.tag})`;
     return this.label;
-  }
+  };
 }
 
 function sendWhere(g: Group, dst: number): string {

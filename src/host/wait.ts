@@ -119,8 +119,9 @@ function probe(plan: WaitPlan, ready: () => boolean): boolean {
   plan.probe?.();
   if (ready()) return true;
   const call = plan.call;
-  if (call) {
-    if (call.expired !== undefined && call.deadline.expired()) throw call.expired();
+  // `what` is read only to throw: an owner may make it on demand.
+  if (call && call.deadline.expired()) {
+    if (call.expired !== undefined) throw call.expired();
     call.deadline.check(call.what);
   }
   return false;

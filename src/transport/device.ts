@@ -18,7 +18,7 @@ import type { TransportOp } from './ops.js';
 import { Pair, type PairHost } from './pair.js';
 import { SharedArrays } from './shared-arrays.js';
 import { BytePool } from './byte-pool.js';
-import type { CollectiveTransport } from './group-view.js';
+import type { CollectiveTransport, WaitLabel } from './group-view.js';
 
 /** Ring shape; every rank of a job must use the same. */
 export interface TransportOptions {
@@ -350,7 +350,7 @@ export class Device implements PairHost, CompletionSink, CollectiveTransport {
   // ------------------------------------------------------------------ waits
 
   /** Blocks until every op settled (the one waiting loop); throws the first failure or the timeout. */
-  waitSync(ops: readonly TransportOp[], deadline: Deadline, what: string): void {
+  waitSync(ops: readonly TransportOp[], deadline: Deadline, what: WaitLabel): void {
     // One wait object serves every blocking wait (no allocation per wait); a wait started
     // from inside another (an op's callback) gets its own.
     const w = this.syncWait.ops === NO_OPS ? this.syncWait : new OpsWait(this);
@@ -397,18 +397,18 @@ export class Device implements PairHost, CompletionSink, CollectiveTransport {
   };
 
   /** Resolves when every op settled; rejects with the first failure or the timeout. */
-  waitAsync(ops: readonly TransportOp[], deadline: Deadline, what: string): Promise<void> {
+  waitAsync(ops: readonly TransportOp[], deadline: Deadline, what: WaitLabel): Promise<void> {
     const w = new OpsWait(this);
     w.arm(ops, deadline, what);
     return this.router.waitAsync(w.ready, w);
   }
 
-  /** True when every op is done; throws the first failure (an error naming `what`). */
-  opsDone(ops: readonly TransportOp[], what: string): boolean {
+  /** True when every op is done; throws the first failure (an error naming the call). */
+  opsDone(ops: readonly TransportOp[], call: WaitCall): boolean {
     let all = true;
     for (let i = 0; i < ops.length; i++) {
       const op = ops[i];
-      if (op.error) throw new WeftError(op.error.code, `${what}: ${unlabel(op.error.message, this.label)}`, { cause: op.error });
+      if (op.error) throw new WeftError(op.error.code, `${call.what}: ${unlabel(op.error.message, this.label)}`, { cause: op.error });
       if (!op.done) all = false;
     }
     return all;
@@ -461,16 +461,22 @@ export class Device implements PairHost, CompletionSink, CollectiveTransport {
 class OpsWait implements WaitCall {
   ops: readonly TransportOp[] = NO_OPS;
   deadline!: Deadline;
-  what = '';
+  private label: WaitLabel = '';
 
   constructor(private readonly device: Device) {}
 
-  arm(ops: readonly TransportOp[], deadline: Deadline, what: string): void {
+  arm(ops: readonly TransportOp[], deadline: Deadline, what: WaitLabel): void {
     this.ops = ops;
     this.deadline = deadline;
-    this.what = what;
+    this.label = what;
   }
 
-  readonly ready = (): boolean => this.device.opsDone(this.ops, this.what);
+  /** The call's name, for errors: made from a lazy label only when an error needs it. */
+  get what(): string {
+    const l = this.label;
+    return typeof l === 'string' ? l : (this.label = l());
+  }
+
+  readonly ready = (): boolean => this.device.opsDone(this.ops, this);
   readonly expired = (): Error => this.device.opsExpired(this.ops, this.deadline, this.what);
 }

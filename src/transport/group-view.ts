@@ -22,6 +22,9 @@ const SLOTS_PER_GROUP = 64 * 2 ** 32;
 export const MAX_GROUP_ID = 2 ** 15 - 1;
 
 /** The transport as collectives use it (the Device, or a subgroup's view of it). */
+/** A wait's name in errors, or a function that makes it (called only when an error needs it). */
+export type WaitLabel = string | (() => string);
+
 export interface CollectiveTransport {
   readonly label: string;
   readonly failure: WeftError | undefined;
@@ -46,9 +49,9 @@ export interface CollectiveTransport {
   /** What checkUsable checks, as a boolean (no string to build on the hot path). */
   readonly usable: boolean;
   abort(err: WeftError): void;
-  waitSync(ops: readonly TransportOp[], deadline: Deadline, what: string): void;
+  waitSync(ops: readonly TransportOp[], deadline: Deadline, what: WaitLabel): void;
   pollFor(ops: readonly TransportOp[], ms: number): boolean;
-  waitAsync(ops: readonly TransportOp[], deadline: Deadline, what: string): Promise<void>;
+  waitAsync(ops: readonly TransportOp[], deadline: Deadline, what: WaitLabel): Promise<void>;
   /** A fresh group id for a subgroup made over this transport (see Device.proposeGroupId). */
   readonly device: Device;
 }
@@ -128,13 +131,13 @@ export class GroupView implements CollectiveTransport {
   abort(err: WeftError): void {
     this.device.abort(err);
   }
-  waitSync(ops: readonly TransportOp[], deadline: Deadline, what: string): void {
+  waitSync(ops: readonly TransportOp[], deadline: Deadline, what: WaitLabel): void {
     this.device.waitSync(ops, deadline, what);
   }
   pollFor(ops: readonly TransportOp[], ms: number): boolean {
     return this.device.pollFor(ops, ms);
   }
-  waitAsync(ops: readonly TransportOp[], deadline: Deadline, what: string): Promise<void> {
+  waitAsync(ops: readonly TransportOp[], deadline: Deadline, what: WaitLabel): Promise<void> {
     return this.device.waitAsync(ops, deadline, what);
   }
 }
