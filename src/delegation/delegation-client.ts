@@ -116,7 +116,7 @@ export class DelegationClient<U = unknown> extends Waiter {
     const i32 = new Int32Array(sab);
     if (Atomics.load(u8, H.SERVER_ALIVE) !== 1 || !ownerAlive(i32, layout.ext >> 2)) throw new ServerDisconnected(`DelegationClient.connect: the server of ${name} is gone (closed or dead); start it again and connect to the name it reports`);
     const id = claimId(i32, H.NEXT_CLIENT_ID >> 2, layout.maxClients, (c) => ((layout.ext + 64 + c * CLIENT_RECORD) >> 2) + CLIENT.STATE);
-    if (id < 0) throw new WeftError('EINVAL', `DelegationClient.connect: ${name} already has max_clients = ${layout.maxClients} clients attached; close one, or create the server with a larger maxClients`);
+    if (id < 0) throw new WeftError('EINVAL', `DelegationClient.connect: ${name} already has max_clients = ${layout.maxClients} clients attached (a closed client's id is freed once the server has answered all its calls); close one, or create the server with a larger maxClients`);
     const client = new DelegationClient<U>(name, sab, layout, id, options);
     const base = client.base;
     writeOwner(i32, base);
@@ -190,7 +190,10 @@ export class DelegationClient<U = unknown> extends Waiter {
     const off = this.openOffset;
     if (off < 0) throw new WeftError('EINVAL', `DelegationClient ${this.clientId}: commit() without begin()`);
     Atomics.store(this.u8, off + SLOT.COMMITTED, 1);
-    this.i32[this.base + CLIENT.PHASE] = PHASE_IDLE;
+    // The server's hole check relies on this order: a phase it reads as idle means the commit
+    // is visible. x86 keeps stores in order; elsewhere a later plain store may pass the commit.
+    if (PLAIN_LOAD_ACQUIRES) this.i32[this.base + CLIENT.PHASE] = PHASE_IDLE;
+    else Atomics.store(this.i32, this.base + CLIENT.PHASE, PHASE_IDLE);
     this.openOffset = -1;
     const s = this.openSlot;
     this.busy[s] = 1;

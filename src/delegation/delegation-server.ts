@@ -79,6 +79,9 @@ export class DelegationServer extends Waiter {
   private readonly payloads: Uint8Array[] = [];
   private readonly replies: Uint8Array[] = [];
   private readonly outstanding: Int32Array;
+  /** Per client going away: the head when the server saw it go (see releaseWhenDrained). */
+  private readonly fence: Int32Array;
+  private readonly fenced: Uint8Array;
   private readonly entry: RecvEntry;
   protected readonly bell: FutexBell;
   private readonly holeTimeoutMs: number;
@@ -106,6 +109,8 @@ export class DelegationServer extends Waiter {
     for (let i = 0; i < layout.ringDepth; i++) this.payloads.push(new Uint8Array(sab, H.RING + i * layout.reqSlot + SLOT.PAYLOAD, layout.requestBytes));
     for (let i = 0; i < layout.maxClients * layout.respDepth; i++) this.replies.push(new Uint8Array(sab, layout.respArea + i * layout.respSlot + RESP.PAYLOAD, layout.responseBytes));
     this.outstanding = new Int32Array(layout.maxClients);
+    this.fence = new Int32Array(layout.maxClients);
+    this.fenced = new Uint8Array(layout.maxClients);
     this.entry = { clientId: 0, respSlot: 0, payload: this.payloads[0] };
     this.bell = new FutexBell(this.i32, this.srv + SERVER.SLEEPING, this.srv + SERVER.BELL);
     this.holeTimeoutMs = o.holeTimeoutMs ?? 100;
@@ -178,8 +183,8 @@ export class DelegationServer extends Waiter {
   }
 
   /**
-   * Takes the next committed request, or null (nothing committed at the cursor). Takes what
-   * the last poll() counted: that poll already read each slot's committed flag.
+   * Takes the next request the last poll() counted, or null when it counted no more (call
+   * poll() first: it read each slot's committed flag, and recv does not read it again).
    */
   recv(): RecvEntry | null {
     if (this.counted === 0) return null;
@@ -238,9 +243,9 @@ export class DelegationServer extends Waiter {
       }
       Atomics.store(this.u8, this.layout.respArea + index * this.layout.respSlot + RESP.VALID, 1);
       ringBell(this.i32, base + CLIENT.SLEEPING, base + CLIENT.BELL);
-      if (state === CLIENT_CLOSING && left <= 0) this.release(clientId, CLIENT_CLOSING);
+      if (state === CLIENT_CLOSING && left <= 0) this.releaseWhenDrained(clientId, CLIENT_CLOSING);
     } else if (state === CLIENT_DEAD && left <= 0) {
-      this.release(clientId, CLIENT_DEAD);
+      this.releaseWhenDrained(clientId, CLIENT_DEAD);
     }
   }
 
@@ -319,6 +324,13 @@ export class DelegationServer extends Waiter {
     // A client waiting for space behind the hole must see every slot the server freed.
     this.advanceTail();
     if (this.holeIsOwnedByLiveClient()) return;
+    // Its owner may have committed between the check that found the hole and the phases read
+    // just now (it stores committed, then the idle phase): look again before skipping. A
+    // skipped slot committed late would be taken a lap later as a request nobody made.
+    if (Atomics.load(this.u8, H.RING + (this.cursor & this.ringMask) * this.layout.reqSlot) === 1) {
+      this.holeActive = false;
+      return;
+    }
     // Dead owner, a call abandoned on timeout, or nobody (a stray write to head): skip it.
     this.step();
     this.stats.holesSkipped++;
@@ -354,7 +366,7 @@ export class DelegationServer extends Waiter {
       const base = this.clientBase(c);
       const state = Atomics.load(this.i32, base + CLIENT.STATE);
       if ((state === CLIENT_ATTACHED || state === CLIENT_CLOSING) && !ownerAlive(this.i32, base)) this.detach(c, state);
-      else if (state === CLIENT_DEAD && this.outstanding[c] <= 0) this.release(c, CLIENT_DEAD);
+      else if ((state === CLIENT_DEAD || state === CLIENT_CLOSING) && this.outstanding[c] <= 0) this.releaseWhenDrained(c, state);
     }
   }
 
@@ -362,12 +374,28 @@ export class DelegationServer extends Waiter {
     const base = this.clientBase(c);
     if (Atomics.compareExchange(this.i32, base + CLIENT.STATE, from, CLIENT_DEAD) !== from) return;
     this.stats.clientsReaped++;
-    if (this.outstanding[c] <= 0) this.release(c, CLIENT_DEAD);
+    if (this.outstanding[c] <= 0) this.releaseWhenDrained(c, CLIENT_DEAD);
+  }
+
+  /**
+   * Frees a closing or dead client's id once nothing more can arrive for it: no request taken
+   * and unanswered, and the cursor past every position it could have reserved. Those are
+   * below the head read when the server first saw it go (it reserved them before closing or
+   * dying). Answering only what was taken is not enough: a request still in the ring would be
+   * answered into the slots of the id's next owner. Until then maybeReap looks again.
+   */
+  private releaseWhenDrained(c: number, from: number): void {
+    if (this.fenced[c] === 0) {
+      this.fence[c] = Atomics.load(this.i32, HEAD_W);
+      this.fenced[c] = 1;
+    }
+    if (((this.cursor - this.fence[c]) | 0) >= 0) this.release(c, from);
   }
 
   /** Frees a client id for reuse once nothing more will be written to its slots. */
   private release(c: number, from: number): void {
     this.outstanding[c] = 0;
+    this.fenced[c] = 0;
     const l = this.layout;
     for (let s = 0; s < l.respDepth; s++) Atomics.store(this.u8, l.respArea + (c * l.respDepth + s) * l.respSlot + RESP.VALID, 0);
     Atomics.compareExchange(this.i32, this.clientBase(c) + CLIENT.STATE, from, CLIENT_RELEASED);

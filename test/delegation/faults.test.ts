@@ -52,6 +52,73 @@ test('a hole: the server stops at a slow committer, does not skip it while it li
   server.close();
 });
 
+test('a hole whose owner commits while the server decides to skip it is taken in order, never skipped and found a lap later', () => {
+  const server = DelegationServer.create({ maxClients: 4, ringDepth: 4, respDepth: 8, requestBytes: 8, responseBytes: 8, holeTimeoutMs: 1 });
+  const a = DelegationClient.connect<string>(server.name);
+  const b = DelegationClient.connect<string>(server.name);
+  const internals = server as unknown as { checkHole(): void; holeIsOwnedByLiveClient(): boolean; cursor: number };
+  const headWord = new Int32Array(Object.getOwnPropertyDescriptor(server, 'u8')!.value.buffer, 128, 1);
+  a.begin('late')!.fill(7);
+  internals.checkHole();
+  const until = performance.now() + 5;
+  while (performance.now() < until);
+  // The race, made certain: a's commit lands after the hole was seen and before its owner's
+  // phase is read, so the phases say nobody owns it.
+  const phases = internals.holeIsOwnedByLiveClient;
+  internals.holeIsOwnedByLiveClient = function (this: unknown) {
+    a.commit();
+    return phases.call(this);
+  };
+  internals.checkHole();
+  internals.holeIsOwnedByLiveClient = phases;
+  assert.is(server.stats.holesSkipped, 0, 'a hole committed meanwhile is not skipped');
+  for (let k = 0; k < 3; k++) assert.ok(b.call(Uint8Array.of(k + 1), `b${k}`));
+  const got: number[] = [];
+  assert.is(server.poll(), 4);
+  for (let e = server.recv(); e !== null; e = server.recv()) {
+    got.push(e.payload[0]);
+    server.reply(e.clientId, e.respSlot, e.payload);
+  }
+  server.advanceTail();
+  assert.equal(got, [7, 1, 2, 3], 'the late request first, in ring order');
+  assert.is(internals.cursor, Atomics.load(headWord, 0), 'the cursor stops at head');
+  // The next call is taken at once (a cursor past head would leave it waiting a lap).
+  assert.ok(b.call(Uint8Array.of(9), 'b-next'));
+  assert.is(server.poll(), 1);
+  a.close();
+  b.close();
+  server.close();
+});
+
+test('a client that closes with calls still in the ring keeps its id until they are answered: the next owner never gets their answers', () => {
+  const server = DelegationServer.create({ maxClients: 1, ringDepth: 8, respDepth: 2, requestBytes: 1, responseBytes: 1 });
+  const a = DelegationClient.connect<string>(server.name);
+  assert.ok(a.call(Uint8Array.of(1), 'A1'));
+  assert.ok(a.call(Uint8Array.of(2), 'A2'));
+  a.close();
+  assert.is(server.poll(), 2);
+  const e1 = server.recv()!;
+  server.reply(e1.clientId, e1.respSlot, e1.payload);
+  assert.throws(() => DelegationClient.connect(server.name), /max_clients = 1 clients attached \(a closed client's id is freed once the server has answered all its calls\)/, 'A2 is still to be answered');
+  const e2 = server.recv()!;
+  assert.is(e2.payload[0], 2);
+  server.reply(e2.clientId, e2.respSlot, e2.payload);
+  server.advanceTail();
+  const b = DelegationClient.connect<string>(server.name);
+  assert.is(b.clientId, 0, 'the id is free again');
+  const seen: string[] = [];
+  assert.ok(b.call(Uint8Array.of(10), 'B1'));
+  assert.is(b.poll((u) => seen.push(u)), 0, 'nothing for B before the server has seen B1');
+  assert.is(server.poll(), 1);
+  const e3 = server.recv()!;
+  assert.is(e3.payload[0], 10);
+  server.reply(e3.clientId, e3.respSlot, Uint8Array.of(11));
+  assert.is(b.poll((u, r) => seen.push(`${u}:${r[0]}`)), 1);
+  assert.equal(seen, ['B1:11']);
+  b.close();
+  server.close();
+});
+
 for (const placement of ['processes', 'threads'] as const) {
   test(`a client ${placement === 'processes' ? 'SIGKILLed' : 'terminated'} between fetch_add and commit: its hole is skipped and the others go on (${placement})`, async () => {
     const server = DelegationServer.create({ maxClients: 4, ringDepth: 8, respDepth: 4, requestBytes: 16, responseBytes: 16, holeTimeoutMs: 30, reapIntervalMs: 20 });
