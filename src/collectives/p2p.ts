@@ -129,14 +129,16 @@ export function irecv(g: Group, data: TypedArray, src: number | readonly number[
     }
   }
   const t = g.transport;
-  const world = typeof src === 'number' ? [t.worldRank(src)] : sourcesOf(g, src).map((s) => t.worldRank(s));
-  const op = new RecvOp(world, P2P_SLOT + tag + t.slotBase, bytesOf(data), -1, 0, undefined);
-  if (typeof src === 'number') t.pair(src).post(op);
-  else {
-    for (const s of sourcesOf(g, src)) {
-      t.pair(s).post(op);
-      if (op.matched || op.settled) break;
-    }
+  if (typeof src === 'number') {
+    const op = new RecvOp([t.worldRank(src)], P2P_SLOT + tag + t.slotBase, bytesOf(data), -1, 0, undefined);
+    t.pair(src).post(op);
+    return new Request(g, op, src, tag, options);
+  }
+  const srcs = sourcesOf(g, src);
+  const op = new RecvOp(srcs.map((s) => t.worldRank(s)), P2P_SLOT + tag + t.slotBase, bytesOf(data), -1, 0, undefined);
+  for (const s of srcs) {
+    t.pair(s).post(op);
+    if (op.matched || op.settled) break;
   }
   return new Request(g, op, src, tag, options);
 }

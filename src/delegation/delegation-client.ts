@@ -15,8 +15,8 @@
  */
 import { availableParallelism } from 'node:os';
 import { WeftError } from '../errors.js';
-import { PLAIN_LOAD_ACQUIRES } from '../host/acquire.js';
-import { copyShort, SHORT_COPY_MAX } from '../host/copy.js';
+import { loadAcquire, PLAIN_LOAD_ACQUIRES } from '../host/acquire.js';
+import { copyToShared } from '../host/copy.js';
 import { FutexBell, ringBell } from '../host/futex-bell.js';
 import { waitSync, type WaitPlan } from '../host/wait.js';
 import { Deadline, type WaitOptions } from '../util/deadline.js';
@@ -138,11 +138,8 @@ export class DelegationClient<U = unknown> extends Waiter {
    */
   call(payload: Uint8Array, userData?: U): boolean {
     if (payload.length > this.layout.requestBytes) throw new WeftError('EINVAL', `DelegationClient ${this.clientId}: request of ${payload.length} bytes, the ring at ${this.name} takes ${this.layout.requestBytes}`);
-    const view = this.begin(userData);
-    if (view === null) return false;
-    const n = payload.length;
-    if (n <= SHORT_COPY_MAX) copyShort(this.u8, this.i32, this.openOffset + SLOT.PAYLOAD, payload, n);
-    else view.set(payload);
+    if (this.begin(userData) === null) return false;
+    copyToShared(this.u8, this.i32, this.openOffset + SLOT.PAYLOAD, payload, payload.length);
     this.commit();
     return true;
   }
@@ -171,7 +168,7 @@ export class DelegationClient<U = unknown> extends Waiter {
     // tail is a cache line the server writes on every batch, read again only when the bound
     // says full. The server's epoch count (a word it writes once per 2^30 positions) tells
     // that the cached tail is still less than 2^30 behind, so the 32-bit difference is exact.
-    const epoch = PLAIN_LOAD_ACQUIRES ? i32[this.epochWord] : Atomics.load(i32, this.epochWord);
+    const epoch = loadAcquire(i32, this.epochWord);
     if (epoch !== this.epochSeen || (pos - this.tailSeen) >>> 0 >= this.layout.ringDepth) {
       this.epochSeen = epoch;
       if ((pos - (this.tailSeen = Atomics.load(i32, TAIL_W))) >>> 0 >= this.layout.ringDepth) this.waitForSpace(pos);
@@ -226,13 +223,13 @@ export class DelegationClient<U = unknown> extends Waiter {
     let oldest = -1;
     // The first slot looked at is read with Atomics (a loop of polls always has a real
     // synchronizing load); the later ones need acquire order only (host/acquire.ts).
-    let plain = false;
+    let first = true;
     for (let k = 0; k <= mask && left > 0; k++, s = (s + 1) & mask) {
       if (busy[s] === 0) continue;
       left--;
       const off = this.respBase + s * slot;
-      const valid = plain ? u8[off] : Atomics.load(u8, off);
-      plain = PLAIN_LOAD_ACQUIRES;
+      const valid = first ? Atomics.load(u8, off) : loadAcquire(u8, off);
+      first = false;
       if (valid !== 1) {
         if (oldest < 0) oldest = s;
         if (prefixOnly) break;

@@ -17,8 +17,8 @@
  */
 import { availableParallelism } from 'node:os';
 import { WeftError } from '../errors.js';
-import { PLAIN_LOAD_ACQUIRES } from '../host/acquire.js';
-import { copyShort, SHORT_COPY_MAX } from '../host/copy.js';
+import { loadAcquire } from '../host/acquire.js';
+import { copyToShared } from '../host/copy.js';
 import { ringBell, FutexBell } from '../host/futex-bell.js';
 import type { WaitPlan } from '../host/wait.js';
 import { Deadline, type WaitOptions } from '../util/deadline.js';
@@ -172,7 +172,7 @@ export class DelegationServer extends Waiter {
     // At most one lap: committed flags a hostile process set cannot make this loop long.
     let n = 1;
     p = (p + 1) | 0;
-    while (n < depth && (PLAIN_LOAD_ACQUIRES ? u8[H.RING + (p & mask) * slot] : Atomics.load(u8, H.RING + (p & mask) * slot)) === 1) {
+    while (n < depth && loadAcquire(u8, H.RING + (p & mask) * slot) === 1) {
       p = (p + 1) | 0;
       n++;
     }
@@ -233,13 +233,11 @@ export class DelegationServer extends Waiter {
     const index = this.slotIndex(clientId, respSlot, 'reply');
     const left = --this.outstanding[clientId];
     const base = this.clientBase(clientId);
-    const state = PLAIN_LOAD_ACQUIRES ? this.i32[base + CLIENT.STATE] : Atomics.load(this.i32, base + CLIENT.STATE);
+    const state = loadAcquire(this.i32, base + CLIENT.STATE);
     if (state === CLIENT_ATTACHED || state === CLIENT_CLOSING) {
       if (payload !== undefined) {
         if (payload.length > this.layout.responseBytes) throw new WeftError('EINVAL', `delegationrpc server ${this.name}: reply of ${payload.length} bytes, the ring's responses are ${this.layout.responseBytes} bytes`);
-        const n = payload.length;
-        if (n <= SHORT_COPY_MAX) copyShort(this.u8, this.i32, this.layout.respArea + index * this.layout.respSlot + RESP.PAYLOAD, payload, n);
-        else this.replies[index].set(payload);
+        copyToShared(this.u8, this.i32, this.layout.respArea + index * this.layout.respSlot + RESP.PAYLOAD, payload, payload.length);
       }
       Atomics.store(this.u8, this.layout.respArea + index * this.layout.respSlot + RESP.VALID, 1);
       ringBell(this.i32, base + CLIENT.SLEEPING, base + CLIENT.BELL);

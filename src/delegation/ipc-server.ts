@@ -17,7 +17,7 @@
  */
 import { availableParallelism } from 'node:os';
 import { WeftError } from '../errors.js';
-import { PLAIN_LOAD_ACQUIRES } from '../host/acquire.js';
+import { loadAcquire } from '../host/acquire.js';
 import { FutexBell, ringBell } from '../host/futex-bell.js';
 import type { WaitPlan } from '../host/wait.js';
 import { Deadline, type WaitOptions } from '../util/deadline.js';
@@ -156,7 +156,7 @@ export class IpcServer extends Waiter {
     this.checkClient(clientId, 'reply');
     const left = --this.outstanding[clientId];
     const line = (clientBlock(this.layout, clientId) >> 2);
-    const state = PLAIN_LOAD_ACQUIRES ? this.i32[line + ICLI.STATE] : Atomics.load(this.i32, line + ICLI.STATE);
+    const state = loadAcquire(this.i32, line + ICLI.STATE);
     if (state === IPC_ATTACHED || state === IPC_CLOSING) {
       const ring = this.respRings[clientId];
       const pos = this.respPos[clientId];

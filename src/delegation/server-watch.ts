@@ -4,7 +4,7 @@
  * most every LIVENESS_MS, since reading /proc costs microseconds. Waits check both each
  * time they sleep.
  */
-import { PLAIN_LOAD_ACQUIRES } from '../host/acquire.js';
+import { loadAcquire } from '../host/acquire.js';
 import { ServerDisconnected } from './errors.js';
 import { ownerAlive, ownerLabel } from './owner.js';
 
@@ -32,7 +32,7 @@ export class ServerWatch {
 
   /** On every call: cheap unless the flag dropped or a liveness check is due. */
   onCall(): void {
-    if ((PLAIN_LOAD_ACQUIRES ? this.flag[this.flagIndex] : Atomics.load(this.flag, this.flagIndex)) !== 1 || ((++this.calls & (LIVENESS_EVERY - 1)) === 0 && this.due())) this.check('call');
+    if (loadAcquire(this.flag, this.flagIndex) !== 1 || ((++this.calls & (LIVENESS_EVERY - 1)) === 0 && this.due())) this.check('call');
   }
 
   /** Throws ServerDisconnected when the server closed or its thread is gone. */

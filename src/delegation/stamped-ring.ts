@@ -7,8 +7,8 @@
  * slot is never rewritten before it was read, and a stale or garbage stamp is never taken
  * for a new message.
  */
-import { PLAIN_LOAD_ACQUIRES } from '../host/acquire.js';
-import { copyShort, SHORT_COPY_MAX } from '../host/copy.js';
+import { loadAcquire } from '../host/acquire.js';
+import { copyToShared } from '../host/copy.js';
 import { line } from './segment.js';
 
 /** Byte offsets inside a slot. */
@@ -48,9 +48,7 @@ export class StampedRing {
 
   /** Producer: copies `src` (at most the payload size) into the slot of `pos`, before publish(). */
   fill(pos: number, src: Uint8Array): void {
-    const n = src.length;
-    if (n <= SHORT_COPY_MAX) copyShort(this.u8, this.i32, this.base + (pos & this.mask) * this.slotBytes + PAYLOAD, src, n);
-    else this.payloads[pos & this.mask].set(src);
+    copyToShared(this.u8, this.i32, this.base + (pos & this.mask) * this.slotBytes + PAYLOAD, src, src.length);
   }
 
   /** Producer: makes the message at `pos` (payload already written) visible with `tag`. */
@@ -72,7 +70,7 @@ export class StampedRing {
    */
   readyNext(pos: number): boolean {
     const w = (this.base + (pos & this.mask) * this.slotBytes) >> 2;
-    return (PLAIN_LOAD_ACQUIRES ? this.stampWord[w] : Atomics.load(this.stampWord, w)) === ((pos + 1) | 0);
+    return loadAcquire(this.stampWord, w) === ((pos + 1) | 0);
   }
 
   /** The tag of the message at `pos` (after ready). */

@@ -18,3 +18,11 @@
  * Stores that publish data always stay `Atomics.store`.
  */
 export const PLAIN_LOAD_ACQUIRES = process.arch === 'x64' || process.arch === 'ia32';
+
+/**
+ * `view[index]` with acquire order: a plain load where that is one (x86), else `Atomics.load`.
+ * Only for the loads listed above; a load a wait spins on stays `Atomics.load`.
+ */
+export function loadAcquire(view: Int32Array | Uint8Array, index: number): number {
+  return PLAIN_LOAD_ACQUIRES ? view[index] : Atomics.load(view, index);
+}

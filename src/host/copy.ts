@@ -11,17 +11,19 @@ import { native } from '../native/binding.js';
 /** Copies at least this long go through the native memcpy. */
 export const NATIVE_COPY_MIN = 2048;
 
-/** Copies at most this long are worth assembling into words (copyShort). */
-export const SHORT_COPY_MAX = 64;
+/** Copies at most this long are assembled into words by copyToShared. */
+const SHORT_COPY_MAX = 64;
 
 /**
- * dst8[dst, dst + len) = src[0, len) for a short payload (len <= SHORT_COPY_MAX) into
- * shared memory at a 4-aligned offset `dst`; `dst32` views the same buffer as `dst8`. Stores
- * into shared memory cost about 1.5 ns per byte store here, so the bytes are assembled into
- * little-endian 32-bit words: about 18 ns for 32 B, against 50 ns byte-wise and 40 ns through
- * TypedArray.set (a builtin call). Every platform weft builds for is little-endian.
+ * dst8[dst, dst + len) = src[0, len), into shared memory at a 4-aligned offset `dst`;
+ * `dst32` views the same buffer as `dst8`. Stores into shared memory cost about 1.5 ns per
+ * byte store here, so a short payload (up to 64 bytes) is assembled into little-endian 32-bit
+ * words: about 18 ns for 32 B, against 50 ns byte-wise and 40 ns through TypedArray.set (a
+ * builtin call). Every platform weft builds for is little-endian. Longer ones go through
+ * copyInto.
  */
-export function copyShort(dst8: Uint8Array, dst32: Int32Array, dst: number, src: Uint8Array, len: number): void {
+export function copyToShared(dst8: Uint8Array, dst32: Int32Array, dst: number, src: Uint8Array, len: number): void {
+  if (len > SHORT_COPY_MAX) return copyInto(dst8, dst, src, 0, len);
   const n = len & ~3;
   let i = 0;
   for (let w = dst >>> 2; i < n; i += 4, w++) dst32[w] = src[i] | (src[i + 1] << 8) | (src[i + 2] << 16) | (src[i + 3] << 24);

@@ -6,7 +6,7 @@
  * keyed by the shared page, not by the mapping).
  */
 import { native } from '../native/binding.js';
-import { PLAIN_LOAD_ACQUIRES } from './acquire.js';
+import { loadAcquire } from './acquire.js';
 import type { Doorbell } from './wait.js';
 
 /**
@@ -14,7 +14,7 @@ import type { Doorbell } from './wait.js';
  * Atomics.store (or another atomic write), whose full barrier orders this load after it.
  */
 export function ringBell(words: Int32Array, sleeping: number, bell: number): void {
-  if ((PLAIN_LOAD_ACQUIRES ? words[sleeping] : Atomics.load(words, sleeping)) !== 0) {
+  if (loadAcquire(words, sleeping) !== 0) {
     Atomics.add(words, bell, 1);
     native.futexWake(words, bell);
   }

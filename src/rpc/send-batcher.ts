@@ -12,7 +12,7 @@
  * hot path: `%` on a double is a C call in V8. Where low bits are needed, `x >>> 0` is x mod
  * 2^32 for these non-negative integers, and every ring size and 32 divide 2^32.
  */
-import { copyInto, copyShort, SHORT_COPY_MAX } from '../host/copy.js';
+import { copyToShared } from '../host/copy.js';
 import type { MemoryRegion, QueuePair, RemoteRegion } from '../nic/types.js';
 import { ALIGNMENT, FLOW_METADATA_SIZE as META, HEADER_SIZE, SIGNAL_INTERVAL, WRAP_MESSAGE_COUNT } from './constants.js';
 import { FlowControl } from './flow-control.js';
@@ -216,15 +216,13 @@ export abstract class SendBatcher<U> extends FlowControl {
   }
 
   /**
-   * Copies the payload and zeroes the padding up to `end`. Short payloads are assembled into
-   * 32-bit words (copyShort: `dst` is 4-aligned, a 32-aligned message plus the 12-byte
-   * header); longer ones go through copyInto.
+   * Copies the payload (copyToShared: `dst` is 4-aligned, a 32-aligned message plus the
+   * 12-byte header) and zeroes the padding up to `end`.
    */
   private copyIn(src: Uint8Array, dst: number, len: number, end: number): void {
     const s8 = this.s8;
     let p = dst + len;
-    if (len <= SHORT_COPY_MAX) copyShort(s8, this.si32, dst, src, len);
-    else copyInto(s8, dst, src, 0, len);
+    copyToShared(s8, this.si32, dst, src, len);
     while (p & 3 && p < end) s8[p++] = 0;
     const s32 = this.s32;
     for (let w = p >>> 2, e = end >>> 2; w < e; w++) s32[w] = 0;

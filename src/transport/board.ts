@@ -17,7 +17,7 @@
 import { WeftError } from '../errors.js';
 import { native } from '../native/binding.js';
 import { reduceMany, type DType, type ReduceOp } from '../reduce/index.js';
-import { PLAIN_LOAD_ACQUIRES } from '../host/acquire.js';
+import { loadAcquire } from '../host/acquire.js';
 import { copyInto } from '../host/copy.js';
 import { waitAsync, waitSync, type Doorbell, type WaitPlan } from '../host/wait.js';
 import type { Deadline } from '../util/deadline.js';
@@ -183,7 +183,7 @@ export class Board {
     const w = this.boards[this.device.rank].words;
     Atomics.store(w, word, k);
     // The store's full barrier orders this load after it (host/acquire.ts).
-    if ((PLAIN_LOAD_ACQUIRES ? w[SLEEPERS] : Atomics.load(w, SLEEPERS)) > 0) native.futexWake(w, word);
+    if (loadAcquire(w, SLEEPERS) > 0) native.futexWake(w, word);
   }
 
   /** The first rank whose `word` is below k, or -1. */

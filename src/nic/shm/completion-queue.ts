@@ -6,7 +6,7 @@
  * while the SLEEPING count is nonzero.
  */
 import { native } from '../../native/binding.js';
-import { PLAIN_LOAD_ACQUIRES } from '../../host/acquire.js';
+import { loadAcquire } from '../../host/acquire.js';
 import { waitForCompletions, waitForCompletionsSync, type Doorbell } from '../../host/wait.js';
 import type { WaitOptions } from '../../util/deadline.js';
 import { CompletionBatch, Opcode, Status, type CompletionQueue } from '../types.js';
@@ -38,7 +38,7 @@ export class ShmCompletionQueue implements CompletionQueue {
       const b = L.CQ_RING + ((head & this.mask) << 2);
       // The first entry of a poll is read with Atomics, so that a loop of polls always makes
       // a synchronizing load; the later ones need acquire order only (host/acquire.ts).
-      if ((head !== start && PLAIN_LOAD_ACQUIRES ? c[b] : Atomics.load(c, b)) !== ((head + 1) | 0)) break;
+      if ((head === start ? Atomics.load(c, b) : loadAcquire(c, b)) !== ((head + 1) | 0)) break;
       const qpn = c[b + 1] >>> 0;
       const imm = c[b + 2] >>> 0;
       const len = c[b + 3] >>> 0;
