@@ -52,6 +52,9 @@ export class CompletionRouter {
   private readonly touched: CompletionSink[] = [];
   private nTouched = 0;
   private readonly batch = new CompletionBatch(256);
+  /** Entries of `batch` read from the CQ, and the next one to hand out (see poll). */
+  private filled = 0;
+  private next = 0;
   private readonly waiters: Waiter[] = [];
   private looping = false;
   /** Set by kick(): the loop's sleep ends and every waiter is checked again. */
@@ -110,24 +113,38 @@ export class CompletionRouter {
     // The device is closed: nothing more comes, and its CQ must not be touched.
     if (this.closed) return 0;
     const b = this.batch;
-    const byQpn = this.byQpn;
-    let total = 0;
+    // A sink's take() may poll again (a blocking call in a copyrpc response callback): that
+    // inner poll first hands out the rest of the batch being dispatched, in order, and only
+    // then reads the CQ into the same batch. Both loops go through `next` and `filled`, so no
+    // entry is handed out twice or lost.
+    let total = this.dispatchRest(b);
     for (;;) {
       const n = this.device.cq.poll(b);
-      for (let i = 0; i < n; i++) {
-        const sink = byQpn[b.qpn[i]];
-        if (sink === undefined) continue;
-        sink.take(b, i);
-        if (sink.endBatch !== undefined && this.touched.indexOf(sink, 0) < 0) this.touched[this.nTouched++] = sink;
-      }
-      if (this.nTouched > 0) this.endBatch();
-      total += n;
+      this.filled = n;
+      this.next = 0;
+      total += this.dispatchRest(b);
       if (n < b.capacity) break;
     }
     // Whoever polled (a sync wait, the board's probe, an owner's own poll), the shared loop
     // must look at its waiters again: their conditions may hold now.
     if (total > 0 && this.looping) this.kick();
     return total;
+  }
+
+  /** Hands the batch's entries from `next` on to their owners; returns how many. */
+  private dispatchRest(b: CompletionBatch): number {
+    const byQpn = this.byQpn;
+    let k = 0;
+    while (this.next < this.filled) {
+      const i = this.next++;
+      k++;
+      const sink = byQpn[b.qpn[i]];
+      if (sink === undefined) continue;
+      sink.take(b, i);
+      if (sink.endBatch !== undefined && this.touched.indexOf(sink, 0) < 0) this.touched[this.nTouched++] = sink;
+    }
+    if (this.nTouched > 0) this.endBatch();
+    return k;
   }
 
   private endBatch(): void {

@@ -70,6 +70,8 @@ export class Driver<U> {
   /** Requests not settled yet (issued or waiting to be issued). */
   private live = 0;
   private readonly backlog: PendingRequest<U>[] = [];
+  /** retry(): endpoints that refused a request in this pass. */
+  private readonly refused: Endpoint<U>[] = [];
   private server: Serving | undefined;
   private handlers = 0;
   private running = false;
@@ -213,11 +215,27 @@ export class Driver<U> {
 
   private readonly idleReady = (): boolean => this.kicked || this.engine.inboxSize > 0 || !this.busy();
 
+  /**
+   * Issues parked requests. Every endpoint gets its turn: one refused for lack of room or
+   * credit (a slow or silent peer) holds back only its own later requests, in order, never
+   * another endpoint's.
+   */
   private retry(): number {
     const b = this.backlog;
+    const refused = this.refused;
+    let kept = 0;
     let k = 0;
-    while (k < b.length && this.issue(b[k])) k++;
-    if (k > 0) b.splice(0, k);
+    for (let i = 0; i < b.length; i++) {
+      const p = b[i];
+      if (!p.done && (refused.indexOf(p.ep) >= 0 || !this.issue(p))) {
+        if (refused.indexOf(p.ep) < 0) refused.push(p.ep);
+        b[kept++] = p;
+        continue;
+      }
+      k++;
+    }
+    b.length = kept;
+    refused.length = 0;
     return k;
   }
 

@@ -97,6 +97,8 @@ export class Endpoint<U = unknown> extends RecvParser<U> {
   readonly recvCredits: number;
   /** Credits consumed since the last repost. */
   consumedCredits = 0;
+  /** rdmaRead / rdmaWrite posted on this endpoint and not completed (rpc.rawPending counts them). */
+  rawInFlight = 0;
   state: 'init' | 'ready' | 'failed' | 'closed' = 'init';
   /** Why the endpoint failed (state 'failed'). */
   error: WeftError | undefined;
@@ -300,6 +302,7 @@ export class Endpoint<U = unknown> extends RecvParser<U> {
   rdmaWrite(local: MemoryRegion, localOffset: number, remote: RemoteRegion, remoteOffset: number, len: number): void {
     if (this.state !== 'ready') throw this.unusable('rdmaWrite');
     postOneSided(this.qp, Opcode.WRITE, local, localOffset, remote, remoteOffset, len);
+    this.rawInFlight++;
     this.host.rawPosted();
   }
 
@@ -313,6 +316,7 @@ export class Endpoint<U = unknown> extends RecvParser<U> {
   rdmaRead(local: MemoryRegion, localOffset: number, remote: RemoteRegion, remoteOffset: number, len: number): void {
     if (this.state !== 'ready') throw this.unusable('rdmaRead');
     postOneSided(this.qp, Opcode.READ, local, localOffset, remote, remoteOffset, len);
+    this.rawInFlight++;
     this.host.rawPosted();
   }
 
@@ -340,9 +344,15 @@ export class Endpoint<U = unknown> extends RecvParser<U> {
     } else {
       const unreported = this.unreported;
       const want = (unreported > 0 && (this.reportWanted || unreported * 4 >= this.recvC)) || this.grantWorthSending(this.P);
-      if (want && this.fits(this.P + this.delta(0))) {
-        this.sendEmpty();
-        this.stats.emptyBatchesSent++;
+      if (want) {
+        if (this.fits(this.P + this.delta(0))) {
+          this.sendEmpty();
+          this.stats.emptyBatchesSent++;
+        } else {
+          // No room even for 32 bytes as far as we know: learn the peer's consumer position
+          // (the READ below), so the next flush can send it.
+          this.readWanted = true;
+        }
       }
     }
     this.dirty = false;
@@ -362,7 +372,8 @@ export class Endpoint<U = unknown> extends RecvParser<U> {
     }
     const v = Atomics.load(this.ctl32, 8) + Atomics.load(this.ctl32, 9) * TWO32;
     this.stats.reads++;
-    this.consumerRead(v, this.flushStart);
+    // Room learnt this way may let the next flush send what did not fit (flushWork decides).
+    if (this.consumerRead(v, this.flushStart) && !this.dirty) this.markDirty();
   }
 
   /** Decodes one batch (one RECV_WRITE_IMM with immediate `imm`) at the parse position. */

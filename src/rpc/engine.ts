@@ -287,7 +287,12 @@ export class RpcEngine<U = unknown> implements RpcHost<U>, CompletionSink {
     const wr = b.wrId[i];
     const err = b.errors[i];
     b.errors[i] = undefined;
+    // A completion of an endpoint closed or failed since: its raw operations were counted
+    // done (failed) when it went (endpointClosed).
+    const ep = this.byQpn[b.qpn[i]];
+    if (ep === undefined) return;
     if (wr === WR_RAW && op !== Opcode.QP_EVENT) {
+      ep.rawInFlight--;
       this.rawDoneCount++;
       if (b.status[i] !== Status.SUCCESS) {
         this.rawFailed++;
@@ -295,8 +300,6 @@ export class RpcEngine<U = unknown> implements RpcHost<U>, CompletionSink {
       }
       return;
     }
-    const ep = this.byQpn[b.qpn[i]];
-    if (ep === undefined) return;
     if (op === Opcode.READ && wr === WR_READ) ep.onReadDone(b.status[i] === Status.SUCCESS);
     if (b.status[i] !== Status.SUCCESS) ep.fail(this.nicError(ep, err, b.status[i]));
   }
@@ -353,12 +356,13 @@ export class RpcEngine<U = unknown> implements RpcHost<U>, CompletionSink {
   /** Sends every open batch now (poll does this too). */
   flush(): void {
     const list = this.dirtyList;
-    for (let i = 0; i < this.nDirty; i++) {
-      const ep = list[i];
-      list[i] = undefined as unknown as Endpoint<U>;
+    // From the end, the count kept exact at every step: an endpoint whose flush throws (a
+    // debug-mode invariant failure) leaves the rest listed for the next flush.
+    while (this.nDirty > 0) {
+      const ep = list[--this.nDirty];
+      list[this.nDirty] = undefined as unknown as Endpoint<U>;
       ep.flushWork();
     }
-    this.nDirty = 0;
   }
 
   /**
@@ -450,6 +454,14 @@ export class RpcEngine<U = unknown> implements RpcHost<U>, CompletionSink {
     this.srqMax -= ep.recvCredits;
     this.srqPosted -= ep.recvCredits - ep.consumedCredits;
     ep.consumedCredits = 0;
+    // Its rdmaRead / rdmaWrite still in flight will never be reported (the QP is detached
+    // from the router before it closes): they count as failed now, so rawPending drains.
+    if (ep.rawInFlight > 0) {
+      this.rawDoneCount += ep.rawInFlight;
+      this.rawFailed += ep.rawInFlight;
+      this.rawError = new WeftError(ep.error?.code ?? 'ECLOSED', `${ep.name}: ${ep.rawInFlight} rdmaRead/rdmaWrite in flight when the endpoint ${ep.state === 'failed' ? 'failed' : 'closed'}; their bytes may or may not have moved`, { cause: ep.error });
+      ep.rawInFlight = 0;
+    }
   }
 
   rawPosted(): void {
@@ -479,7 +491,10 @@ export class RpcEngine<U = unknown> implements RpcHost<U>, CompletionSink {
     for (let i = 0; i < n0; i++) {
       const ep = list[i];
       const n = ep.consumedCredits;
-      if (ep.state !== 'ready' || n === 0) continue;
+      // An endpoint not connected yet that has received batches (kept for connect()) gets
+      // its credits back too: its QP takes receives before connect, and its peer may be
+      // waiting for them.
+      if ((ep.state !== 'ready' && ep.state !== 'init') || n === 0) continue;
       if (all || n * 3 >= ep.recvCredits) {
         ep.consumedCredits = 0;
         this.srqPosted += n;

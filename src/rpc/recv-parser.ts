@@ -143,7 +143,15 @@ export abstract class RecvParser<U> extends SendBatcher<U> {
   /** Applies a batch's consumer position and credit grant; false if they are impossible. */
   private applyFlow(consumer: number, grant: number): boolean {
     const sent = this.flushStart;
-    if (this.acceptFlow(consumer, grant, sent)) return true;
+    const before = this.remoteConsumer;
+    if (this.acceptFlow(consumer, grant, sent)) {
+      // The peer consumed what we sent, so our ring toward it has room again: credit a full
+      // ring kept us from granting may now be worth a batch of its own. Nothing else would
+      // send it while we have no message for the peer, and a peer that lacks credit may
+      // have nothing left to report (it told us everything), so it cannot ask again.
+      if (this.remoteConsumer > before && !this.dirty && this.grantWorthSending(this.P)) this.markDirty();
+      return true;
+    }
     this.malformed(this.flowRejection(consumer, grant, sent));
     return false;
   }

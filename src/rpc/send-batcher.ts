@@ -127,7 +127,11 @@ export abstract class SendBatcher<U> extends FlowControl {
 
   /** Sends a metadata-only batch (consumer position and credit, no message). */
   protected sendEmpty(): void {
+    // As in write(): a wrap marker emitted on the way computes its grant with the batch's
+    // own 32 bytes counted, so in_flight + 2R <= C holds once the batch is out.
+    this.writeEnd = this.P + this.delta(0);
     this.reserve(0);
+    this.writeEnd = 0;
     this.batchCount = 0;
     this.flushBatch();
   }
