@@ -195,7 +195,10 @@ export class RpcEngine<U = unknown> implements RpcHost<U>, CompletionSink {
     return box;
   }
 
-  /** Raw one-sided operations posted and not completed yet. */
+  /**
+   * Raw one-sided operations posted and not completed yet. Those of an endpoint that closes
+   * or fails count as completed then, in `rawFailed` (their bytes may or may not have moved).
+   */
   get rawPending(): number {
     return this.rawPostedCount - this.rawDoneCount;
   }
