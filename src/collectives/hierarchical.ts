@@ -19,10 +19,9 @@
  * Each step is an ordinary collective call on a subgroup (own slots, own checks); a failure in
  * any aborts the job as usual. The same steps run with the Promise or the blocking calls.
  */
-import { WeftError } from '../errors.js';
 import { Deadline } from '../util/deadline.js';
-import type { CollectiveOptions, Group } from './call.js';
-import type { TypedArray } from './checks.js';
+import { refused, type CollectiveOptions, type Group } from './call.js';
+import { checkArray, checkInOut, checkLength, type TypedArray } from './checks.js';
 import { allreduce, allreduceSync, type AllreduceOptions } from './allreduce.js';
 import { allgather, allgatherSync, allgatherv, allgathervSync } from './allgather.js';
 import { barrier, barrierSync } from './barrier.js';
@@ -62,6 +61,20 @@ async function runAsync(steps: Iterable<Step>): Promise<void> {
 
 function runSync(steps: Iterable<Step>): void {
   for (const s of steps) s(true);
+}
+
+/**
+ * What a plan checks before its first step (the arrays, the timeout): a failure aborts the
+ * job, as a flat call's checks do, so every rank fails at once instead of the others waiting
+ * out their timeout in a step this rank never joins.
+ */
+function begin(g: Group, options: CollectiveOptions, check?: () => void): Deadline {
+  try {
+    check?.();
+    return new Deadline(options.timeoutMs, options.signal);
+  } catch (err) {
+    throw refused(g, err);
+  }
 }
 
 /** Options for one step: the call's tag and signal, what is left of its timeout. */
@@ -117,13 +130,13 @@ function* allreduceSteps<T extends TypedArray>(h: Hierarchy, input: T, out: T, o
 /** Hierarchical allreduce (see the file comment); `input` is checked by the caller. */
 export async function hierarchicalAllreduce<T extends TypedArray>(g: Group, h: Hierarchy, input: T, options: AllreduceOptions): Promise<T> {
   const out = (options.output as T | undefined) ?? input;
-  await runAsync(allreduceSteps(h, input, out, options, new Deadline(options.timeoutMs, options.signal), g));
+  await runAsync(allreduceSteps(h, input, out, options, begin(g, options), g));
   return out;
 }
 
 export function hierarchicalAllreduceSync<T extends TypedArray>(g: Group, h: Hierarchy, input: T, options: AllreduceOptions): T {
   const out = (options.output as T | undefined) ?? input;
-  runSync(allreduceSteps(h, input, out, options, new Deadline(options.timeoutMs, options.signal), g));
+  runSync(allreduceSteps(h, input, out, options, begin(g, options), g));
   return out;
 }
 
@@ -139,19 +152,18 @@ function* broadcastSteps(h: Hierarchy, data: TypedArray, root: number, options: 
   if (h.local.size > 1 && (!onRootHost || rootLocal === 0)) yield (s) => (s ? broadcastSync : broadcast)(h.local, data, { ...stepOptions(options, d), root: 0 });
 }
 
-export async function hierarchicalBroadcast<T extends TypedArray>(h: Hierarchy, data: T, root: number, options: RootOptions): Promise<T> {
-  await runAsync(broadcastSteps(h, data, root, options, new Deadline(options.timeoutMs, options.signal)));
+export async function hierarchicalBroadcast<T extends TypedArray>(g: Group, h: Hierarchy, data: T, root: number, options: RootOptions): Promise<T> {
+  await runAsync(broadcastSteps(h, data, root, options, begin(g, options)));
   return data;
 }
 
-export function hierarchicalBroadcastSync<T extends TypedArray>(h: Hierarchy, data: T, root: number, options: RootOptions): T {
-  runSync(broadcastSteps(h, data, root, options, new Deadline(options.timeoutMs, options.signal)));
+export function hierarchicalBroadcastSync<T extends TypedArray>(g: Group, h: Hierarchy, data: T, root: number, options: RootOptions): T {
+  runSync(broadcastSteps(h, data, root, options, begin(g, options)));
   return data;
 }
 
 function* allgatherSteps<T extends TypedArray>(g: Group, h: Hierarchy, input: T, output: T, options: CollectiveOptions, d: Deadline): Generator<Step> {
   const n = input.length;
-  if (output.length !== n * g.size) throw new WeftError('EINVAL', `rank ${g.rank}: allgather: output has ${output.length} elements, expected ${n * g.size} (input length x world size)`);
   // Gather this host's ranks' inputs at the leader (ranks of a host are consecutive, so they
   // form one block of the output), share the blocks among leaders, spread inside the host.
   const { view: block, area } = scratchOf(g, input, h.local.size * n);
@@ -168,19 +180,18 @@ function* allgatherSteps<T extends TypedArray>(g: Group, h: Hierarchy, input: T,
 }
 
 export async function hierarchicalAllgather<T extends TypedArray>(g: Group, h: Hierarchy, input: T, output: T, options: CollectiveOptions): Promise<T> {
-  await runAsync(allgatherSteps(g, h, input, output, options, new Deadline(options.timeoutMs, options.signal)));
+  await runAsync(allgatherSteps(g, h, input, output, options, begin(g, options, () => checkGather(g, input, output, 'allgather'))));
   return output;
 }
 
 export function hierarchicalAllgatherSync<T extends TypedArray>(g: Group, h: Hierarchy, input: T, output: T, options: CollectiveOptions): T {
-  runSync(allgatherSteps(g, h, input, output, options, new Deadline(options.timeoutMs, options.signal)));
+  runSync(allgatherSteps(g, h, input, output, options, begin(g, options, () => checkGather(g, input, output, 'allgatherSync'))));
   return output;
 }
 
 function* reduceScatterSteps<T extends TypedArray>(g: Group, h: Hierarchy, input: T, output: T, options: ReduceScatterOptions, d: Deadline): Generator<Step> {
   const red = { op: options.op, float: options.float };
   const n = output.length;
-  if (input.length !== n * g.size) throw new WeftError('EINVAL', `rank ${g.rank}: reduceScatter: input has ${input.length} elements, expected ${n * g.size} (output length x world size)`);
   // Reduce the whole input to the leader (in a scratch copy: the input stays as it was).
   const { view: sum, area } = scratchOf(g, input, input.length);
   try {
@@ -205,12 +216,12 @@ function* reduceScatterSteps<T extends TypedArray>(g: Group, h: Hierarchy, input
 }
 
 export async function hierarchicalReduceScatter<T extends TypedArray>(g: Group, h: Hierarchy, input: T, output: T, options: ReduceScatterOptions): Promise<T> {
-  await runAsync(reduceScatterSteps(g, h, input, output, options, new Deadline(options.timeoutMs, options.signal)));
+  await runAsync(reduceScatterSteps(g, h, input, output, options, begin(g, options, () => checkGather(g, output, input, 'reduceScatter'))));
   return output;
 }
 
 export function hierarchicalReduceScatterSync<T extends TypedArray>(g: Group, h: Hierarchy, input: T, output: T, options: ReduceScatterOptions): T {
-  runSync(reduceScatterSteps(g, h, input, output, options, new Deadline(options.timeoutMs, options.signal)));
+  runSync(reduceScatterSteps(g, h, input, output, options, begin(g, options, () => checkGather(g, output, input, 'reduceScatterSync'))));
   return output;
 }
 
@@ -220,10 +231,20 @@ function* barrierSteps(h: Hierarchy, options: CollectiveOptions, d: Deadline): G
   if (h.local.size > 1) yield (s) => (s ? barrierSync : barrier)(h.local, stepOptions(options, d));
 }
 
-export async function hierarchicalBarrier(h: Hierarchy, options: CollectiveOptions): Promise<void> {
-  await runAsync(barrierSteps(h, options, new Deadline(options.timeoutMs, options.signal)));
+export async function hierarchicalBarrier(g: Group, h: Hierarchy, options: CollectiveOptions): Promise<void> {
+  await runAsync(barrierSteps(h, options, begin(g, options)));
 }
 
-export function hierarchicalBarrierSync(h: Hierarchy, options: CollectiveOptions): void {
-  runSync(barrierSteps(h, options, new Deadline(options.timeoutMs, options.signal)));
+export function hierarchicalBarrierSync(g: Group, h: Hierarchy, options: CollectiveOptions): void {
+  runSync(barrierSteps(h, options, begin(g, options)));
+}
+
+/** allgather / reduceScatter: `whole` holds world-size blocks of `part`'s length, of its type. */
+function checkGather(g: Group, part: unknown, whole: unknown, what: string): void {
+  const where = `rank ${g.rank}: ${what}`;
+  const [pn, wn] = what.startsWith('allgather') ? ['input', 'output'] : ['output', 'input'];
+  checkArray(where, pn, part);
+  checkArray(where, wn, whole);
+  checkInOut(where, part, whole, pn, wn);
+  checkLength(where, wn, whole, part.length * g.size, `${pn} length x world size`);
 }

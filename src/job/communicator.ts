@@ -42,8 +42,8 @@ export function withCollectives<B extends CommunicatorBase>(Base: B) {
       const where = `rank ${this.rank}: split`;
       if (color !== undefined && (!Number.isInteger(color) || color < 0 || color > 0x7fffffff)) throw C.refused(this, new WeftError('EINVAL', `${where}: color must be an integer in [0, 2^31) or undefined, got ${color}`));
       if (!Number.isInteger(key) || key < -0x80000000 || key > 0x7fffffff) throw C.refused(this, new WeftError('EINVAL', `${where}: key must be a 32-bit integer, got ${key}`));
-      const all = await exchange(this, [color ?? -1, key, this.transport.device.proposeGroupId(), 0], options);
-      const id = agreeOnId(this, all);
+      const all = await oneAtATime(this, () => exchangeAndAgree(this, [color ?? -1, key, 0, 0], options));
+      const id = all[2];
       if (color === undefined) return undefined;
       const members: number[] = [];
       for (let r = 0; r < this.size; r++) if (all[r * 4] === color) members.push(r);
@@ -67,14 +67,13 @@ export function withCollectives<B extends CommunicatorBase>(Base: B) {
       if (bad) throw C.refused(this, new WeftError('EINVAL', `${where}: ranks must be distinct ranks in [0, ${this.size}), at least one; got ${JSON.stringify(ranks)}`));
       let h = 0x811c9dc5;
       for (const r of sorted) h = Math.imul(h ^ r, 0x01000193);
-      const all = await exchange(this, [h | 0, sorted.length, this.transport.device.proposeGroupId(), 0], options);
+      const all = await oneAtATime(this, () => exchangeAndAgree(this, [h | 0, sorted.length, 0, 0], options));
       for (let r = 0; r < this.size; r++) {
         if (all[r * 4] !== (h | 0) || all[r * 4 + 1] !== sorted.length) {
           throw C.refused(this, new WeftError('EINVAL', `${where}: rank ${r} passed other ranks than this rank's ${JSON.stringify(sorted)}: every rank must pass the same list`));
         }
       }
-      const id = agreeOnId(this, all);
-      return sorted.includes(this.rank) ? subgroup(this, sorted, id) : undefined;
+      return sorted.includes(this.rank) ? subgroup(this, sorted, all[2]) : undefined;
     }
 
     /**
@@ -388,12 +387,33 @@ async function exchange(comm: C.Group, words: number[], options: GroupOptions): 
   return out;
 }
 
-/** The largest proposed id; every rank moves past it. */
-function agreeOnId(comm: C.Group, all: Int32Array): number {
+/**
+ * Every rank's words, with word 2 of this rank's proposal for the new group's id; on return
+ * all[2] holds the agreed id (the largest proposal), which every rank has moved past.
+ */
+async function exchangeAndAgree(comm: C.Group, words: number[], options: GroupOptions): Promise<Int32Array> {
+  const device = comm.transport.device;
+  words[2] = device.proposeGroupId();
+  const all = await exchange(comm, words, options);
   let id = 0;
   for (let r = 0; r < comm.size; r++) id = Math.max(id, all[r * 4 + 2]);
-  comm.transport.device.adoptGroupId(id);
-  return id;
+  device.adoptGroupId(id);
+  all[2] = id;
+  return all;
+}
+
+/**
+ * Group creations of one process run one after another. Two running at once on communicators
+ * that share a rank could both propose, and agree on, the same id (neither has moved past it
+ * yet), and their traffic would then share slots. In sequence, a creation's proposals come
+ * after every earlier one's agreement. As with MPI, ranks that share two communicators must
+ * create groups from them in the same order.
+ */
+function oneAtATime<T>(comm: C.Group, create: () => Promise<T>): Promise<T> {
+  const device = comm.transport.device;
+  const run = device.groupCreation.then(create, create);
+  device.groupCreation = run.catch(() => undefined);
+  return run;
 }
 
 function subgroup(comm: C.Group, members: number[], id: number): Subgroup {

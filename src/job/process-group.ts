@@ -61,12 +61,12 @@ export class ProcessGroup extends withCollectives(JobMember) {
   override broadcast<T extends TypedArray>(data: T, options: C.RootOptions = {}): Promise<T> {
     const h = this.hierarchyFor(options, true);
     if (!h) return super.broadcast(data, options);
-    return C.hierarchicalBroadcast(h, data, this.checkedRoot(options, 'broadcast', data), options);
+    return C.hierarchicalBroadcast(this, h, data, this.checkedRoot(options, 'broadcast', data), options);
   }
   override broadcastSync<T extends TypedArray>(data: T, options: C.RootOptions = {}): T {
     const h = this.hierarchyFor(options, true);
     if (!h) return super.broadcastSync(data, options);
-    return C.hierarchicalBroadcastSync(h, data, this.checkedRoot(options, 'broadcastSync', data), options);
+    return C.hierarchicalBroadcastSync(this, h, data, this.checkedRoot(options, 'broadcastSync', data), options);
   }
   override allgather<T extends TypedArray>(input: T, output: T, options: C.CollectiveOptions = {}): Promise<T> {
     const h = this.hierarchyFor(options, this.hierarchy?.contiguous === true);
@@ -90,11 +90,11 @@ export class ProcessGroup extends withCollectives(JobMember) {
   }
   override barrier(options: C.CollectiveOptions = {}): Promise<void> {
     const h = this.hierarchyFor(options, true);
-    return h ? C.hierarchicalBarrier(h, options) : super.barrier(options);
+    return h ? C.hierarchicalBarrier(this, h, options) : super.barrier(options);
   }
   override barrierSync(options: C.CollectiveOptions = {}): void {
     const h = this.hierarchyFor(options, true);
-    if (h) C.hierarchicalBarrierSync(h, options);
+    if (h) C.hierarchicalBarrierSync(this, h, options);
     else super.barrierSync(options);
   }
 

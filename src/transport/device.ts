@@ -51,6 +51,8 @@ export class Device implements PairHost, CompletionSink, CollectiveTransport {
   readonly slotBase = 0;
   /** The next subgroup id this process would propose (see proposeGroupId). */
   private nextGroupId = 1;
+  /** The last subgroup creation of this process: the next one starts after it (job/communicator.ts). */
+  groupCreation: Promise<unknown> = Promise.resolve();
   readonly geometry: RingGeometry;
   readonly inbox: MemoryRegion;
   readonly staging: MemoryRegion;

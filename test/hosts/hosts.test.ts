@@ -79,6 +79,16 @@ if (why) {
     assert.match(r.out, /ok rank 1: /);
   });
 
+  test('a bad argument on one rank of a hierarchical collective fails every rank at once (EINVAL), not by its timeout', async () => {
+    for (const which of ['allgather', 'reduceScatter', 'timeoutMs']) {
+      const r = await runOnHosts(hosts, { perHost: [2, 2], script: HOSTS_RANK, args: ['badarg', which], store: redis, timeoutMs: 60_000 });
+      const lines = r.out.match(/badarg rank \d: .*/g) ?? [];
+      assert.is(lines.length, 4, `${which}: ${r.out.slice(-2000)}`);
+      // EINVAL on every rank is the abort; the others used to wait out the call's timeout (ETIMEDOUT).
+      for (const l of lines) assert.match(l, /: EINVAL after \d+ ms/, `${which}: ${l}`);
+    }
+  });
+
   test('a blocking wait asleep on the shm doorbell wakes for a fabric completion (the relay rings it)', async () => {
     // The device sleeps on its shm futex; a message from the other host must end that sleep,
     // not wait for a 1 ms slice to end (or, before the relay, the whole slice list).

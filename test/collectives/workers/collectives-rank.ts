@@ -410,6 +410,19 @@ async function groups(c: ProcessGroup): Promise<void> {
     ({ rank, size } = world);
     memo.clear();
   }
+  // Two groups made at once from different parents that share ranks (0 and the last): they
+  // must not agree on the same id (their traffic would share slots). A = all but the last
+  // rank, from the world; B = {0, last}, from `ends`.
+  const last = world.size - 1;
+  const [A, B] = await Promise.all([c.split(world.rank < last ? 0 : 1), ends ? ends.newGroup([0, 1]) : Promise.resolve(undefined)]);
+  if (A && B && A.transport.groupId === B.transport.groupId) throw new Error(`rank ${world.rank}: two groups sharing this rank got one id, ${A.transport.groupId}`);
+  checks++;
+  const x = Int32Array.of(world.rank);
+  const y = Int32Array.of(world.rank);
+  await Promise.all([A && A.size === last ? A.allreduce(x) : undefined, B ? B.allreduce(y) : undefined]);
+  if (A && A.size === last && x[0] !== (last * (last - 1)) / 2) throw new Error(`rank ${world.rank}: allreduce on A gave ${x[0]}`);
+  if (B && y[0] !== last) throw new Error(`rank ${world.rank}: allreduce on B gave ${y[0]}`);
+  checks++;
   await c.barrier();
 }
 

@@ -6,6 +6,8 @@
 //   wake   rank 0 waits (blocking) for a message rank 1 (on another host) sends 300 ms later,
 //          long enough for the wait to go to sleep; prints how many times the fabric's relay
 //          rang the sleeper's doorbell during that wait
+//   badarg rank 1 passes a wrong allgather output, then a wrong reduceScatter input, then a bad
+//          timeoutMs to allreduce; every rank prints "badarg rank R: CODE after N ms" for each
 import { init, type WeftError } from '../../../src/index.js';
 
 const mode = process.argv[2] ?? 'info';
@@ -33,6 +35,19 @@ if (mode === 'info') {
   }
   ctx.barrierSync();
   await ctx.close();
+} else if (mode === 'badarg') {
+  // Each call in a job of its own: the first refusal aborts the job, as a flat call's does.
+  const which = process.argv[3];
+  const t0 = performance.now();
+  try {
+    if (which === 'allgather') await ctx.allgather(Float32Array.of(rank), new Float32Array(rank === 1 ? size + 1 : size), { timeoutMs: 20_000 });
+    else if (which === 'reduceScatter') await ctx.reduceScatter(new Float32Array(rank === 1 ? size + 1 : size), new Float32Array(1), { timeoutMs: 20_000 });
+    else await ctx.allreduce(Float32Array.of(rank), { timeoutMs: rank === 1 ? ('x' as unknown as number) : 20_000 });
+    console.log(`badarg rank ${rank}: returned`);
+  } catch (err) {
+    console.log(`badarg rank ${rank}: ${(err as WeftError).code} after ${Math.round(performance.now() - t0)} ms`);
+  }
+  await ctx.close({ timeoutMs: 3000 });
 } else if (mode === 'loop') {
   const x = new Float32Array(Number(process.argv[3] ?? 50_000));
   const timeoutMs = Number(process.argv[4] ?? 5000);
