@@ -180,12 +180,12 @@ function* allgatherSteps<T extends TypedArray>(g: Group, h: Hierarchy, input: T,
 }
 
 export async function hierarchicalAllgather<T extends TypedArray>(g: Group, h: Hierarchy, input: T, output: T, options: CollectiveOptions): Promise<T> {
-  await runAsync(allgatherSteps(g, h, input, output, options, begin(g, options, () => checkGather(g, input, output, 'allgather'))));
+  await runAsync(allgatherSteps(g, h, input, output, options, begin(g, options, () => checkBlocks(g, 'allgather', input, 'input', output, 'output'))));
   return output;
 }
 
 export function hierarchicalAllgatherSync<T extends TypedArray>(g: Group, h: Hierarchy, input: T, output: T, options: CollectiveOptions): T {
-  runSync(allgatherSteps(g, h, input, output, options, begin(g, options, () => checkGather(g, input, output, 'allgatherSync'))));
+  runSync(allgatherSteps(g, h, input, output, options, begin(g, options, () => checkBlocks(g, 'allgatherSync', input, 'input', output, 'output'))));
   return output;
 }
 
@@ -216,12 +216,12 @@ function* reduceScatterSteps<T extends TypedArray>(g: Group, h: Hierarchy, input
 }
 
 export async function hierarchicalReduceScatter<T extends TypedArray>(g: Group, h: Hierarchy, input: T, output: T, options: ReduceScatterOptions): Promise<T> {
-  await runAsync(reduceScatterSteps(g, h, input, output, options, begin(g, options, () => checkGather(g, output, input, 'reduceScatter'))));
+  await runAsync(reduceScatterSteps(g, h, input, output, options, begin(g, options, () => checkBlocks(g, 'reduceScatter', output, 'output', input, 'input'))));
   return output;
 }
 
 export function hierarchicalReduceScatterSync<T extends TypedArray>(g: Group, h: Hierarchy, input: T, output: T, options: ReduceScatterOptions): T {
-  runSync(reduceScatterSteps(g, h, input, output, options, begin(g, options, () => checkGather(g, output, input, 'reduceScatterSync'))));
+  runSync(reduceScatterSteps(g, h, input, output, options, begin(g, options, () => checkBlocks(g, 'reduceScatterSync', output, 'output', input, 'input'))));
   return output;
 }
 
@@ -240,9 +240,8 @@ export function hierarchicalBarrierSync(g: Group, h: Hierarchy, options: Collect
 }
 
 /** allgather / reduceScatter: `whole` holds world-size blocks of `part`'s length, of its type. */
-function checkGather(g: Group, part: unknown, whole: unknown, what: string): void {
+function checkBlocks(g: Group, what: string, part: unknown, pn: string, whole: unknown, wn: string): void {
   const where = `rank ${g.rank}: ${what}`;
-  const [pn, wn] = what.startsWith('allgather') ? ['input', 'output'] : ['output', 'input'];
   checkArray(where, pn, part);
   checkArray(where, wn, whole);
   checkInOut(where, part, whole, pn, wn);

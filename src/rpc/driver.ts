@@ -227,10 +227,13 @@ export class Driver<U> {
     let k = 0;
     for (let i = 0; i < b.length; i++) {
       const p = b[i];
-      if (!p.done && (refused.indexOf(p.ep) >= 0 || !this.issue(p))) {
-        if (refused.indexOf(p.ep) < 0) refused.push(p.ep);
-        b[kept++] = p;
-        continue;
+      if (!p.done) {
+        const held = refused.indexOf(p.ep) >= 0;
+        if (held || !this.issue(p)) {
+          if (!held) refused.push(p.ep);
+          b[kept++] = p;
+          continue;
+        }
       }
       k++;
     }

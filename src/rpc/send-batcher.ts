@@ -113,9 +113,7 @@ export abstract class SendBatcher<U> extends FlowControl {
    * the write wraps.
    */
   protected write(w0: number, w1: number, payload: Uint8Array, m: number, end: number): void {
-    this.writeEnd = end;
-    const at = this.reserve(m);
-    this.writeEnd = 0;
+    const at = this.reserveUpTo(m, end);
     const w = at >>> 2;
     const s32 = this.s32;
     const len = payload.length;
@@ -127,13 +125,21 @@ export abstract class SendBatcher<U> extends FlowControl {
 
   /** Sends a metadata-only batch (consumer position and credit, no message). */
   protected sendEmpty(): void {
-    // As in write(): a wrap marker emitted on the way computes its grant with the batch's
-    // own 32 bytes counted, so in_flight + 2R <= C holds once the batch is out.
-    this.writeEnd = this.P + this.delta(0);
-    this.reserve(0);
-    this.writeEnd = 0;
+    this.reserveUpTo(0, this.P + this.delta(0));
     this.batchCount = 0;
     this.flushBatch();
+  }
+
+  /**
+   * reserve(m) for a write that lands the producer at `end`: a flush or wrap marker emitted on
+   * the way computes its grant with the whole write counted (writeEnd), so in_flight + 2R <= C
+   * holds once the write is out, a metadata-only batch's own 32 bytes included.
+   */
+  private reserveUpTo(m: number, end: number): number {
+    this.writeEnd = end;
+    const at = this.reserve(m);
+    this.writeEnd = 0;
+    return at;
   }
 
   /** Makes room for a message of padded size m in the open batch; returns its ring offset. */

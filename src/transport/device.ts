@@ -139,9 +139,9 @@ export class Device implements PairHost, CompletionSink, CollectiveTransport {
 
   /**
    * Subgroup ids: every rank of the parent proposes its next id, the largest proposal wins
-   * and every member moves past it (adoptGroupId). A process never reuses an id, so two
-   * groups that share a rank never share an id; disjoint groups may, harmlessly (their
-   * messages travel on different pairs).
+   * and every member moves past it (adoptGroupId). A process never reuses an id and makes its
+   * groups one at a time (groupCreation), so two groups that share a rank never share an id;
+   * disjoint groups may, harmlessly (their messages travel on different pairs).
    */
   proposeGroupId(): number {
     return this.nextGroupId;
