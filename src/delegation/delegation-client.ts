@@ -182,8 +182,12 @@ export class DelegationClient<U = unknown> extends Waiter {
     return this.payloads[pos & this.ringMask];
   }
 
-  /** The second phase: publishes the request begun by begin(). */
+  /**
+   * The second phase: publishes the request begun by begin(). ECLOSED after close(): the
+   * position was given up (the server skips it) and the id may have a new owner.
+   */
   commit(): void {
+    if (this.closed) throw new WeftError('ECLOSED', `DelegationClient ${this.clientId} of ${this.name}: commit() after close(): the request begun was abandoned; connect again to send it`);
     const off = this.openOffset;
     if (off < 0) throw new WeftError('EINVAL', `DelegationClient ${this.clientId}: commit() without begin()`);
     Atomics.store(this.u8, off + SLOT.COMMITTED, 1);

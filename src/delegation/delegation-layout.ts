@@ -9,7 +9,7 @@
  * what finding a dead client's hole and sleeping instead of spinning need.
  */
 import { WeftError } from '../errors.js';
-import { checkRange } from './header.js';
+import { checkRange, checkSegmentBytes } from './header.js';
 import { line } from './segment.js';
 
 /** "DLGRPCV1" as the notes' u64 0x444C_4752_5043_5631, little-endian. */
@@ -105,6 +105,8 @@ export function checkGeometry(g: DelegationGeometry, where: string, code: 'EINVA
   checkRange(g.respDepth, 1, 1 << 12, 'respDepth', where, true, code);
   checkRange(g.requestBytes, 0, 1 << 16, 'requestBytes', where, false, code);
   checkRange(g.responseBytes, 0, 1 << 16, 'responseBytes', where, false, code);
+  const l = layoutOf(g);
+  checkSegmentBytes(l.total, `ringDepth ${g.ringDepth} x ${l.reqSlot}-byte request slots and maxClients ${g.maxClients} x respDepth ${g.respDepth} x ${l.respSlot}-byte response slots`, where, code);
 }
 
 /** The layout of a (checked) geometry. */

@@ -26,7 +26,8 @@ import {
   attachedClients, checkGeometry, CLIENT, CLIENT_ATTACHED, CLIENT_CLOSING, CLIENT_DEAD, CLIENT_RECORD, CLIENT_RELEASED, H, layoutOf, PHASE_RESERVED, PHASE_RESERVING,
   RESP, SERVER, SLOT, TAIL_EPOCH, writeHeader, type DelegationGeometry, type DelegationLayout,
 } from './delegation-layout.js';
-import { ownerAlive, writeOwner } from './owner.js';
+import { REAP_ALIVE, REAP_DEAD, reapIfDead } from './claim.js';
+import { writeOwner } from './owner.js';
 import { createLayerSegment, defaultJob, removeLayerSegment } from './segment.js';
 import { Waiter } from './waiter.js';
 
@@ -350,8 +351,8 @@ export class DelegationServer extends Waiter {
       const phase = Atomics.load(this.i32, base + CLIENT.PHASE);
       const mayOwn = phase === PHASE_RESERVING || (phase === PHASE_RESERVED && Atomics.load(this.i32, base + CLIENT.RESERVED_POS) === this.cursor);
       if (!mayOwn) continue;
-      if (ownerAlive(this.i32, base)) live = true;
-      else this.detach(c, state);
+      // An id that changed hands meanwhile counts as live: the hole is looked at again later.
+      if (this.reap(c, state) !== REAP_DEAD) live = true;
     }
     return live;
   }
@@ -363,16 +364,18 @@ export class DelegationServer extends Waiter {
     for (let c = 0; c < this.layout.maxClients; c++) {
       const base = this.clientBase(c);
       const state = Atomics.load(this.i32, base + CLIENT.STATE);
-      if ((state === CLIENT_ATTACHED || state === CLIENT_CLOSING) && !ownerAlive(this.i32, base)) this.detach(c, state);
-      else if ((state === CLIENT_DEAD || state === CLIENT_CLOSING) && this.outstanding[c] <= 0) this.releaseWhenDrained(c, state);
+      if ((state === CLIENT_ATTACHED || state === CLIENT_CLOSING) && this.reap(c, state) !== REAP_ALIVE) continue;
+      if ((state === CLIENT_DEAD || state === CLIENT_CLOSING) && this.outstanding[c] <= 0) this.releaseWhenDrained(c, state);
     }
   }
 
-  private detach(c: number, from: number): void {
-    const base = this.clientBase(c);
-    if (Atomics.compareExchange(this.i32, base + CLIENT.STATE, from, CLIENT_DEAD) !== from) return;
+  /** Detaches client c (seen in state `from`) when its thread is gone; reapIfDead's outcome. */
+  private reap(c: number, from: number): number {
+    const got = reapIfDead(this.i32, this.clientBase(c), from);
+    if (got !== REAP_DEAD) return got;
     this.stats.clientsReaped++;
     if (this.outstanding[c] <= 0) this.releaseWhenDrained(c, CLIENT_DEAD);
+    return got;
   }
 
   /**

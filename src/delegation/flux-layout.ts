@@ -4,7 +4,7 @@
  * and a reply ring from i to j (stamped-ring.ts), `capacity` slots each.
  */
 import { WeftError } from '../errors.js';
-import { checkMagic, checkRange, writeMagic } from './header.js';
+import { checkMagic, checkRange, checkSegmentBytes, writeMagic } from './header.js';
 import { stampedSlotBytes } from './stamped-ring.js';
 
 export const FLUX_MAGIC = 'WEFTFLX1';
@@ -16,6 +16,8 @@ export const FNODE = { STATE: 0, SLEEPING: 5, BELL: 6 } as const;
 export const NODE_FREE = 0;
 export const NODE_ATTACHED = 1;
 export const NODE_CLOSED = 2;
+/** Claimed, owner words being written: its callers wait as for a node not joined yet. */
+export const NODE_JOINING = 3;
 
 export interface FluxGeometry {
   nodes: number;
@@ -35,6 +37,8 @@ export function checkFluxGeometry(g: FluxGeometry, where: string, code: 'EINVAL'
   checkRange(g.capacity, 1, 1 << 16, 'capacity', where, true, code);
   checkRange(g.maxInflight, 1, g.capacity, 'maxInflight', where, false, code);
   checkRange(g.payloadBytes, 0, 1 << 16, 'payloadBytes', where, false, code);
+  const l = fluxLayoutOf(g);
+  checkSegmentBytes(l.total, `nodes ${g.nodes} (${g.nodes} x ${g.nodes} pairs x 2 rings) x capacity ${g.capacity} x ${l.slot}-byte slots (payloadBytes ${g.payloadBytes})`, where, code);
 }
 
 export function fluxLayoutOf(g: FluxGeometry): FluxLayout {

@@ -22,8 +22,8 @@ import { FutexBell, ringBell } from '../host/futex-bell.js';
 import type { WaitPlan } from '../host/wait.js';
 import { Deadline, type WaitOptions } from '../util/deadline.js';
 import { ServerDisconnected } from './errors.js';
-import { checkFluxGeometry, FNODE, fluxLayoutOf, NODE_ATTACHED, NODE_CLOSED, NODE_FREE, nodeLine, readFluxHeader, ringOffset, writeFluxHeader, type FluxGeometry, type FluxLayout } from './flux-layout.js';
-import { ownerAlive, ownerLabel, writeOwner } from './owner.js';
+import { checkFluxGeometry, FNODE, fluxLayoutOf, NODE_ATTACHED, NODE_CLOSED, NODE_FREE, NODE_JOINING, nodeLine, readFluxHeader, ringOffset, writeFluxHeader, type FluxGeometry, type FluxLayout } from './flux-layout.js';
+import { OWNER_PID, ownerAlive, ownerLabel, writeOwner } from './owner.js';
 import { createLayerSegment, defaultJob, openLayerSegment, removeLayerSegment } from './segment.js';
 import { StampedRing } from './stamped-ring.js';
 import { Waiter } from './waiter.js';
@@ -34,7 +34,11 @@ export interface FluxOptions extends Partial<Omit<FluxGeometry, 'nodes'>> {
   job?: string;
 }
 
-/** A request taken by tryRecv(); valid until the next tryRecv(). */
+/**
+ * A call taken by tryRecv(). The object is reused by the next tryRecv() (take what you need
+ * out of it); its payload view stays valid until reply() for this call, no longer: once the
+ * caller has its reply it may send a call that lands in the same slot.
+ */
 export interface FluxRequest {
   from: number;
   /** Pass to reply(). */
@@ -122,10 +126,14 @@ export class FluxNode<T = unknown> extends Waiter {
   private static attach<T>(name: string, sab: SharedArrayBuffer, layout: FluxLayout, nodeId: number, owner: boolean): FluxNode<T> {
     const i32 = new Int32Array(sab);
     const line = nodeLine(nodeId);
-    const was = Atomics.compareExchange(i32, line + FNODE.STATE, NODE_FREE, NODE_ATTACHED);
+    const was = Atomics.compareExchange(i32, line + FNODE.STATE, NODE_FREE, NODE_JOINING);
     if (was !== NODE_FREE) throw new WeftError('EINVAL', `FluxNode.join: node ${nodeId} of ${name} was already joined (${ownerLabel(i32, line)}); each node id joins once per mesh`);
+    // The owner before ATTACHED: a caller's liveness check must never find a joined node
+    // without one (it would report the node dead).
     writeOwner(i32, line);
-    return new FluxNode<T>(name, sab, layout, nodeId, owner);
+    const node = new FluxNode<T>(name, sab, layout, nodeId, owner);
+    Atomics.store(i32, line + FNODE.STATE, NODE_ATTACHED);
+    return node;
   }
 
   /** Calls this node made that have not been answered yet. */
@@ -170,12 +178,17 @@ export class FluxNode<T = unknown> extends Waiter {
         if (tag >>> 0 >= m || this.busy[at] === 0) throw new WeftError('EPROTO', `Flux node ${this.nodeId}: reply from node ${j} carries tag ${tag}, which names no call in flight: dropped (a stray write into the mesh)`);
         const token = this.tokens[at] as T;
         this.tokens[at] = undefined;
-        this.busy[at] = 0;
-        this.free[j * m + this.freeTop[j]++] = tag;
-        this.inflightTo[j]--;
-        this.inflight--;
         n++;
-        onReply?.(token, ring.payload(pos), j);
+        // The call stays in flight during the callback, so a call made from it cannot let
+        // node j answer into the slot being read (maxInflight may equal capacity).
+        try {
+          onReply?.(token, ring.payload(pos), j);
+        } finally {
+          this.busy[at] = 0;
+          this.free[j * m + this.freeTop[j]++] = tag;
+          this.inflightTo[j]--;
+          this.inflight--;
+        }
       }
     }
     return n;
@@ -254,7 +267,9 @@ export class FluxNode<T = unknown> extends Waiter {
       const line = nodeLine(j);
       const state = Atomics.load(this.i32, line + FNODE.STATE);
       if (state === NODE_FREE) continue; // not joined yet: its calls wait in the ring
-      if (state === NODE_ATTACHED && ownerAlive(this.i32, line)) continue;
+      // Joining: alive unless its owner words are written and name a thread that is gone.
+      if (state === NODE_JOINING && Atomics.load(this.i32, line + OWNER_PID) === 0) continue;
+      if ((state === NODE_ATTACHED || state === NODE_JOINING) && ownerAlive(this.i32, line)) continue;
       throw new ServerDisconnected(`Flux node ${this.nodeId}: ${what}: node ${j} of ${this.name} (${ownerLabel(this.i32, line)}) ${state === NODE_CLOSED ? 'left the mesh' : 'died'} with ${this.inflightTo[j]} call(s) of this node unanswered`);
     }
   }

@@ -26,3 +26,13 @@ export function checkRange(v: number, lo: number, hi: number, field: string, whe
     throw new WeftError(code, `${where}: ${field} must be ${pow2 ? 'a power of two' : 'an integer'} in [${lo}, ${hi}], got ${v}${code === 'EPROTO' ? ' (in the segment header: corrupt)' : ''}`);
   }
 }
+
+/** Segments stay under 2^31 bytes: Int32 word indices are byte offsets >> 2, negative beyond. */
+export const SEGMENT_LIMIT = 2 ** 31;
+
+/** EINVAL (or EPROTO from a header) when a layout of `total` bytes (made of `sizes`) reaches SEGMENT_LIMIT. */
+export function checkSegmentBytes(total: number, sizes: string, where: string, code: 'EINVAL' | 'EPROTO' = 'EINVAL'): void {
+  if (total >= SEGMENT_LIMIT) {
+    throw new WeftError(code, `${where}: ${sizes} make a segment of ${total} bytes, at or over the limit of 2^31 = ${SEGMENT_LIMIT} bytes (word offsets are 32-bit)${code === 'EPROTO' ? ' (in the segment header: corrupt)' : ': lower one of them'}`);
+  }
+}

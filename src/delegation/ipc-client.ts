@@ -19,7 +19,7 @@ import { Deadline, type WaitOptions } from '../util/deadline.js';
 import { claimId } from './claim.js';
 import { ServerDisconnected } from './errors.js';
 import { clientBlock, ICLI, IH, IPC_ATTACHED, IPC_CLOSING, IPC_RELEASED, ISRV, readIpcHeader, type IpcLayout } from './ipc-layout.js';
-import { ownerAlive, writeOwner } from './owner.js';
+import { clearOwner, ownerAlive, writeOwner } from './owner.js';
 import { openLayerSegment } from './segment.js';
 import { ServerWatch } from './server-watch.js';
 import { StampedRing } from './stamped-ring.js';
@@ -90,9 +90,20 @@ export class IpcClient<U = unknown> extends Waiter {
     if (Atomics.load(i32, IH.SERVER_ALIVE >> 2) !== 1 || !ownerAlive(i32, IH.SERVER >> 2)) throw new ServerDisconnected(`IpcClient.connect: the server of ${name} is gone (closed or dead); start it again and connect to the name it reports`);
     const id = claimId(i32, IH.NEXT_CLIENT_ID >> 2, layout.maxClients, (c) => (clientBlock(layout, c) >> 2) + ICLI.STATE);
     if (id < 0) throw new WeftError('EINVAL', `IpcClient.connect: ${name} already has maxClients = ${layout.maxClients} clients; close one, or create the server with a larger maxClients`);
-    const client = new IpcClient<U>(name, sab, layout, id, options);
-    writeOwner(i32, client.line);
-    Atomics.store(i32, client.line + ICLI.STATE, IPC_ATTACHED);
+    // The owner right after the claim: the server reaps a CLAIMING id whose owner is written
+    // and dead, so a thread killed while it builds its views (milliseconds at a large depth)
+    // does not leak the id.
+    const line = clientBlock(layout, id) >> 2;
+    writeOwner(i32, line);
+    let client: IpcClient<U>;
+    try {
+      client = new IpcClient<U>(name, sab, layout, id, options);
+    } catch (err) {
+      clearOwner(i32, line);
+      Atomics.store(i32, line + ICLI.STATE, IPC_RELEASED); // nothing was sent: the resume positions stand
+      throw err;
+    }
+    Atomics.store(i32, line + ICLI.STATE, IPC_ATTACHED);
     return client;
   }
 
@@ -109,7 +120,10 @@ export class IpcClient<U = unknown> extends Waiter {
     return true;
   }
 
-  /** Reserves the next request slot and returns its bytes to fill; null when `depth` calls are in flight. */
+  /**
+   * Reserves the next request slot and returns its bytes to fill; null when `depth` calls are
+   * in flight. The view is the client's until commit(), or until close(), which abandons it.
+   */
   begin(userData?: U): Uint8Array | null {
     if (this.closed) throw new WeftError('ECLOSED', `IpcClient ${this.clientId} of ${this.name} is closed`);
     if (this.openTag >= 0) throw new WeftError('EINVAL', `IpcClient ${this.clientId}: begin() twice without commit()`);
@@ -121,8 +135,10 @@ export class IpcClient<U = unknown> extends Waiter {
     return this.req.payload(this.reqPos);
   }
 
-  /** Publishes the request begun by begin(). */
+  /** Publishes the request begun by begin(); ECLOSED after close(), which abandoned it. */
   commit(): void {
+    // After close() the id may have a new owner, and this slot is its ring's.
+    if (this.closed) throw new WeftError('ECLOSED', `IpcClient ${this.clientId} of ${this.name}: commit() after close(): the request begun was abandoned; connect again to send it`);
     const tag = this.openTag;
     if (tag < 0) throw new WeftError('EINVAL', `IpcClient ${this.clientId}: commit() without begin()`);
     this.openTag = -1;
@@ -146,11 +162,16 @@ export class IpcClient<U = unknown> extends Waiter {
       }
       const user = this.users[tag] as U;
       this.users[tag] = undefined;
-      this.busy[tag] = 0;
-      this.free[this.freeTop++] = tag;
-      this.inflight--;
       n++;
-      onResponse?.(user, ring.payload(pos), tag);
+      // The call stays in flight during the callback: a call made from it cannot take the
+      // last free tag and let the server answer into the slot being read.
+      try {
+        onResponse?.(user, ring.payload(pos), tag);
+      } finally {
+        this.busy[tag] = 0;
+        this.free[this.freeTop++] = tag;
+        this.inflight--;
+      }
     }
     return n;
   }
@@ -159,11 +180,20 @@ export class IpcClient<U = unknown> extends Waiter {
     return this.inflight > 0 && this.resp.ready(this.respPos);
   }
 
-  /** Detaches; the id is reusable once the server answered what is in flight. */
+  /**
+   * Detaches; the id is reusable once the server answered what is in flight. A request
+   * begun and not committed is abandoned (commit() then throws ECLOSED).
+   */
   close(): void {
     if (this.closed) return;
     this.closed = true;
+    if (this.openTag >= 0) {
+      this.users[this.openTag] = undefined;
+      this.free[this.freeTop++] = this.openTag;
+      this.openTag = -1;
+    }
     if (this.inflight === 0) {
+      clearOwner(this.i32, this.line);
       Atomics.store(this.i32, this.line + ICLI.RESUME_REQ, this.reqPos);
       Atomics.store(this.i32, this.line + ICLI.RESUME_RESP, this.respPos);
       Atomics.store(this.i32, this.line + ICLI.STATE, IPC_RELEASED);

@@ -5,7 +5,7 @@
  * `depth` slots each.
  */
 import { WeftError } from '../errors.js';
-import { checkMagic, checkRange, writeMagic } from './header.js';
+import { checkMagic, checkRange, checkSegmentBytes, writeMagic } from './header.js';
 import { stampedSlotBytes } from './stamped-ring.js';
 
 export const IPC_MAGIC = 'WEFTIPC1';
@@ -23,6 +23,8 @@ export const IPC_DEAD = 2;
 export const IPC_RELEASED = 3;
 export const IPC_CLOSING = 4;
 export const IPC_CLAIMING = 5;
+/** Held by the server for an instant while it checks a client's thread (claim.ts reapIfDead). */
+export const IPC_REAPING = 6;
 
 export interface IpcGeometry {
   maxClients: number;
@@ -43,6 +45,8 @@ export function checkIpcGeometry(g: IpcGeometry, where: string, code: 'EINVAL' |
   checkRange(g.depth, 1, 1 << 16, 'depth', where, true, code);
   checkRange(g.requestBytes, 0, 1 << 16, 'requestBytes', where, false, code);
   checkRange(g.responseBytes, 0, 1 << 16, 'responseBytes', where, false, code);
+  const l = ipcLayoutOf(g);
+  checkSegmentBytes(l.total, `maxClients ${g.maxClients} x (64 + depth ${g.depth} x (${l.reqSlot} + ${l.respSlot}) bytes of slots for requestBytes ${g.requestBytes} and responseBytes ${g.responseBytes})`, where, code);
 }
 
 export function ipcLayoutOf(g: IpcGeometry): IpcLayout {

@@ -1,8 +1,9 @@
 /**
  * The server of ipc: each client has its own request ring and response ring (SPSC, no
- * contention between clients), and the server drains them all in one pass (flat combining),
- * looking at a long-idle client only every SKIP_EVERY-th pass. Per-client back-pressure:
- * a client has at most `depth` calls in flight, so its rings never overflow.
+ * contention between clients), and the server drains them in turn (flat combining): a turn
+ * takes at most `depth` requests, and a long-idle client is looked at only every
+ * SKIP_EVERY-th visit. Per-client back-pressure: a client has at most `depth` calls in
+ * flight, so its rings never overflow.
  *
  * @example
  * ```ts
@@ -21,10 +22,11 @@ import { loadAcquire } from '../host/acquire.js';
 import { FutexBell, ringBell } from '../host/futex-bell.js';
 import type { WaitPlan } from '../host/wait.js';
 import { Deadline, type WaitOptions } from '../util/deadline.js';
+import { REAP_DEAD, reapIfDead } from './claim.js';
 import {
-  checkIpcGeometry, clientBlock, ICLI, IH, IPC_ATTACHED, IPC_CLOSING, IPC_DEAD, IPC_RELEASED, ipcLayoutOf, ISRV, writeIpcHeader, type IpcGeometry, type IpcLayout,
+  checkIpcGeometry, clientBlock, ICLI, IH, IPC_ATTACHED, IPC_CLAIMING, IPC_CLOSING, IPC_DEAD, IPC_RELEASED, ipcLayoutOf, ISRV, writeIpcHeader, type IpcGeometry, type IpcLayout,
 } from './ipc-layout.js';
-import { ownerAlive, writeOwner } from './owner.js';
+import { clearOwner, writeOwner } from './owner.js';
 import { createLayerSegment, defaultJob, removeLayerSegment } from './segment.js';
 import { StampedRing } from './stamped-ring.js';
 import { Waiter } from './waiter.js';
@@ -37,7 +39,11 @@ export interface IpcServerOptions extends Partial<IpcGeometry> {
   reapIntervalMs?: number;
 }
 
-/** A request taken by recv(); valid until the next recv(). */
+/**
+ * A request taken by recv(). The object is reused by the next recv() (take what you need out
+ * of it); its payload view stays valid until reply() for this request, no longer: once the
+ * client has its answer it may send a request that lands in the same slot.
+ */
 export interface IpcRequest {
   clientId: number;
   /** The call's tag: pass to reply(). */
@@ -45,10 +51,12 @@ export interface IpcRequest {
   payload: Uint8Array;
 }
 
-/** A client found idle this many passes in a row... */
+/** A client found idle this many visits in a row... */
 const IDLE_AFTER = 64;
-/** ...is looked at only every this many passes (a power of two). */
+/** ...is looked at only every this many visits. */
 const SKIP_EVERY = 8;
+/** recv() calls between two refresh()es (admitting, reaping, releasing) of a busy server (a power of two). */
+const REFRESH_EVERY = 1024;
 
 export class IpcServer extends Waiter {
   readonly name: string;
@@ -68,8 +76,11 @@ export class IpcServer extends Waiter {
   private limit = 0;
   private at = 0;
   private pass = 0;
+  private calls = 0;
   /** recv() is draining the client at `at` (its last slot was ready): see StampedRing.readyNext. */
   private draining = false;
+  /** Requests taken in the current turn of the client at `at`. */
+  private turn = 0;
   private lastReap = 0;
   private closed = false;
 
@@ -109,40 +120,57 @@ export class IpcServer extends Waiter {
   }
 
   /**
-   * The next request of any client, draining one client before moving to the next; null
-   * after a pass that found nothing.
+   * The next request of any client, taking up to `depth` from one client before moving to
+   * the next; null after a pass that found nothing.
    */
   recv(): IpcRequest | null {
+    // A busy server makes no empty pass: admit, reap and release from here too.
+    this.calls = (this.calls + 1) | 0; // a small integer for good
+    if ((this.calls & (REFRESH_EVERY - 1)) === 0) this.refresh();
+    // A client that refills as it is drained would keep the turn forever.
+    if (this.turn >= this.layout.depth) this.endTurn(this.at);
     const n = this.limit;
     for (let visited = 0; visited < n; visited++) {
       const c = this.at;
-      if (this.live[c] !== 0 && (this.idle[c] < IDLE_AFTER || (this.pass & (SKIP_EVERY - 1)) === 0)) {
-        const pos = this.cursor[c];
-        const ring = this.reqRings[c];
-        // While a client is being drained, its next slots need acquire order only.
-        if (this.draining ? ring.readyNext(pos) : ring.ready(pos)) {
-          this.draining = true;
-          this.idle[c] = 0;
-          this.cursor[c] = (pos + 1) | 0;
-          const tag = ring.tag(pos);
-          if (tag >>> 0 >= this.layout.depth) {
-            this.stats.malformed++;
-            throw new WeftError('EPROTO', `ipc server ${this.name}: client ${c}'s request at ${pos >>> 0} has tag ${tag}, out of [0, ${this.layout.depth}): dropped; something other than a weft client wrote into its ring`);
+      if (this.live[c] !== 0) {
+        const idle = this.idle[c];
+        if (idle <= IDLE_AFTER) {
+          const pos = this.cursor[c];
+          const ring = this.reqRings[c];
+          // While a client is being drained, its next slots need acquire order only.
+          if (this.draining ? ring.readyNext(pos) : ring.ready(pos)) {
+            this.draining = true;
+            this.turn++;
+            this.idle[c] = 0;
+            this.cursor[c] = (pos + 1) | 0;
+            const tag = ring.tag(pos);
+            if (tag >>> 0 >= this.layout.depth) {
+              this.stats.malformed++;
+              throw new WeftError('EPROTO', `ipc server ${this.name}: client ${c}'s request at ${pos >>> 0} has tag ${tag}, out of [0, ${this.layout.depth}): dropped; something other than a weft client wrote into its ring`);
+            }
+            this.outstanding[c]++;
+            const e = this.entry;
+            e.clientId = c;
+            e.tag = tag;
+            e.payload = ring.payload(pos);
+            return e;
           }
-          this.outstanding[c]++;
-          const e = this.entry;
-          e.clientId = c;
-          e.tag = tag;
-          e.payload = ring.payload(pos);
-          return e;
         }
-        this.idle[c]++;
+        // Counted per visit, busy server or not; past IDLE_AFTER it cycles through SKIP_EVERY
+        // values, looking at the client at the first.
+        this.idle[c] = idle < IDLE_AFTER + SKIP_EVERY - 1 ? idle + 1 : IDLE_AFTER;
       }
-      this.draining = false;
-      this.at = c + 1 >= n ? 0 : c + 1;
+      this.endTurn(c);
     }
     if ((++this.pass & 255) === 0 || n === 0) this.refresh();
     return null;
+  }
+
+  /** Moves on from client c to the next. */
+  private endTurn(c: number): void {
+    this.draining = false;
+    this.turn = 0;
+    this.at = c + 1 >= this.limit ? 0 : c + 1;
   }
 
   /** The view to fill for client c's next response, before reply(c, tag) without a payload. */
@@ -154,21 +182,25 @@ export class IpcServer extends Waiter {
   /** Answers client `clientId`'s call `tag`, copying `payload` (omit it after filling responseView). */
   reply(clientId: number, tag: number, payload?: Uint8Array): void {
     this.checkClient(clientId, 'reply');
+    // Every check before the count goes down: a refused reply must leave it as it was, or a
+    // closing client's id is freed while an answer is still owed (and its next owner gets it).
+    if (payload !== undefined && payload.length > this.layout.responseBytes) throw new WeftError('EINVAL', `ipc server ${this.name}: reply to client ${clientId} of ${payload.length} bytes, responses are ${this.layout.responseBytes} bytes: send at most that many`);
+    if (tag >>> 0 >= this.layout.depth) throw new WeftError('EINVAL', `ipc server ${this.name}: reply to client ${clientId} with tag ${tag}, out of [0, ${this.layout.depth}): pass the tag recv() gave`);
+    if (this.outstanding[clientId] <= 0) throw new WeftError('EINVAL', `ipc server ${this.name}: reply to client ${clientId}, which has no request waiting for one: answer each request recv() gave once`);
     const left = --this.outstanding[clientId];
     const line = (clientBlock(this.layout, clientId) >> 2);
     const state = loadAcquire(this.i32, line + ICLI.STATE);
+    // A closing client is answered even when its thread has gone: no one else owns the ring
+    // until the id is released, and the next owner resumes after these answers.
     if (state === IPC_ATTACHED || state === IPC_CLOSING) {
       const ring = this.respRings[clientId];
       const pos = this.respPos[clientId];
-      if (payload !== undefined) {
-        if (payload.length > this.layout.responseBytes) throw new WeftError('EINVAL', `ipc server ${this.name}: reply of ${payload.length} bytes, responses are ${this.layout.responseBytes} bytes`);
-        ring.fill(pos, payload);
-      }
+      if (payload !== undefined) ring.fill(pos, payload);
       ring.publish(pos, tag);
       this.respPos[clientId] = (pos + 1) | 0;
       ringBell(this.i32, line + ICLI.SLEEPING, line + ICLI.BELL);
     }
-    if (state !== IPC_ATTACHED && left <= 0) this.release(clientId, state);
+    if ((state === IPC_CLOSING || state === IPC_DEAD) && left <= 0) this.release(clientId, state);
   }
 
   /** Some client has a request waiting (what wait() waits for). */
@@ -207,7 +239,11 @@ export class IpcServer extends Waiter {
     if (!(c >>> 0 === c && c < this.layout.maxClients)) throw new WeftError('EINVAL', `ipc server ${this.name}: ${what}: client id ${c} out of [0, ${this.layout.maxClients})`);
   }
 
-  /** Re-reads which clients are attached; every reapIntervalMs, detaches dead ones. */
+  /**
+   * Re-reads which clients are attached; every reapIntervalMs, detaches dead ones: attached
+   * ones, and ones killed while claiming their id. A closing client is not reaped: everything
+   * it sent is in its ring, and is served to the end whether its thread lives or not.
+   */
   private refresh(): void {
     const reap = performance.now() - this.lastReap >= this.reapIntervalMs;
     if (reap) this.lastReap = performance.now();
@@ -215,11 +251,9 @@ export class IpcServer extends Waiter {
     for (let c = 0; c < this.layout.maxClients; c++) {
       const line = clientBlock(this.layout, c) >> 2;
       let state = Atomics.load(this.i32, line + ICLI.STATE);
-      if (reap && (state === IPC_ATTACHED || state === IPC_CLOSING) && !ownerAlive(this.i32, line)) {
-        if (Atomics.compareExchange(this.i32, line + ICLI.STATE, state, IPC_DEAD) === state) {
-          this.stats.clientsReaped++;
-          state = IPC_DEAD;
-        }
+      if (reap && (state === IPC_ATTACHED || state === IPC_CLAIMING)) {
+        if (reapIfDead(this.i32, line, state) === REAP_DEAD) this.stats.clientsReaped++;
+        state = Atomics.load(this.i32, line + ICLI.STATE);
       }
       if ((state === IPC_DEAD || state === IPC_CLOSING) && this.outstanding[c] <= 0) {
         this.release(c, state);
@@ -231,13 +265,13 @@ export class IpcServer extends Waiter {
       if (live) limit = c + 1;
     }
     this.limit = limit;
-    if (this.at >= limit) this.at = 0;
+    if (this.at >= limit) this.endTurn(limit);
   }
 
   /**
-   * Frees client c's id once nothing more will be written for it: a dead client's unread
-   * requests are dropped; a closing one is served to the end first. A later owner of the id
-   * resumes both rings where this one left them.
+   * Frees client c's id (CLOSING or DEAD) once nothing more will be written for it: a dead
+   * client's unread requests are dropped; a closing one is served to the end first. A later
+   * owner of the id resumes both rings where this one left them.
    */
   private release(c: number, from: number): void {
     const ring = this.reqRings[c];
@@ -247,6 +281,8 @@ export class IpcServer extends Waiter {
     this.outstanding[c] = 0;
     Atomics.store(this.i32, line + ICLI.RESUME_REQ, this.cursor[c]);
     Atomics.store(this.i32, line + ICLI.RESUME_RESP, this.respPos[c]);
+    // Only the server moves an id out of CLOSING or DEAD: the owner words are its to clear.
+    clearOwner(this.i32, line);
     if (Atomics.compareExchange(this.i32, line + ICLI.STATE, from, IPC_RELEASED) === from) this.live[c] = 0;
   }
 }
