@@ -23,8 +23,6 @@ export const IPC_DEAD = 2;
 export const IPC_RELEASED = 3;
 export const IPC_CLOSING = 4;
 export const IPC_CLAIMING = 5;
-/** Held by the server for an instant while it checks a client's thread (claim.ts reapIfDead). */
-export const IPC_REAPING = 6;
 
 export interface IpcGeometry {
   maxClients: number;
