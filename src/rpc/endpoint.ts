@@ -251,7 +251,7 @@ export class Endpoint<U = unknown> extends RecvParser<U> {
       this.host.markDirty(this);
       return RING_FULL;
     }
-    const id = this.slab.alloc(userData);
+    const id = this.slab.alloc(userData, ia);
     this.peerCredit -= ia;
     this.write(id, ia >>> 5, payload, m, end);
     this.stats.calls++;

@@ -6,7 +6,7 @@
  * (the consumer position moves past them) at the poll after recv() took them, so a slow
  * reply never blocks the ring.
  */
-import { ALIGNMENT, FLOW_METADATA_SIZE as META, HEADER_SIZE, RESPONSE_FLAG, WRAP_MESSAGE_COUNT } from './constants.js';
+import { ALIGNMENT, FLOW_METADATA_SIZE as META, HEADER_SIZE, RESPONSE_FLAG, responsePayloadLimit, WRAP_MESSAGE_COUNT } from './constants.js';
 import type { MemoryRegion } from '../nic/types.js';
 import { ReleaseQueue } from './release-queue.js';
 import { SendBatcher } from './send-batcher.js';
@@ -23,6 +23,7 @@ const enum Bad {
   COUNT_PAST,
   LENGTH,
   RESPONSE,
+  RESPONSE_SIZE,
   ALLOWANCE,
   UNDECODED,
 }
@@ -43,6 +44,8 @@ function describeBad(kind: Bad, a: number, b: number, c: number, d: number): str
       return `message ${a} claims ${b} payload bytes but only ${c} remain in the ${d}-byte batch`;
     case Bad.RESPONSE:
       return `a response to call id ${a}, which is not pending (unknown or already answered)`;
+    case Bad.RESPONSE_SIZE:
+      return `the response to call id ${a} carries ${b} bytes, more than the ${c} the call allowed`;
     case Bad.ALLOWANCE:
       return `request ${a} claims a response allowance of ${b} bytes but ${c} bytes of credit were outstanding`;
     default:
@@ -123,6 +126,10 @@ export abstract class RecvParser<U> extends SendBatcher<U> {
       const len = r32[h + 2];
       if (len > end - cur - HEADER_SIZE) return this.bad(Bad.LENGTH, i, len, end - cur - HEADER_SIZE, delta);
       if (id >= RESPONSE_FLAG) {
+        // A response fits the allowance its call reserved (reply() checks the same), or it
+        // would use ring space and credit the caller never gave.
+        const ia = this.slab.auxOf(id - RESPONSE_FLAG);
+        if (ia !== 0 && ((HEADER_SIZE + len + 31) & ~31) + META > ia) return this.bad(Bad.RESPONSE_SIZE, id - RESPONSE_FLAG, len, responsePayloadLimit(ia));
         const ud = this.slab.take(id - RESPONSE_FLAG);
         if (ud === MISSING) return this.bad(Bad.RESPONSE, id - RESPONSE_FLAG);
         this.stats.responses++;

@@ -155,6 +155,8 @@ export const MALFORMED: { name: string; imm: number; bytes: () => Uint8Array; ex
   { name: 'imm past the ring', imm: 100_000, bytes: () => buildBatch(0, 0, 0, []), expect: /does not fit in the \d+-byte ring cycle/ },
   { name: 'consumer position beyond what was sent', imm: 1, bytes: () => buildBatch(1 << 20, 0, 0, []), expect: /consumer position 1048576 is beyond/ },
   { name: 'credit grant above the ceiling', imm: 1, bytes: () => buildBatch(0, 1 << 20, 0, []), expect: /credit grant 1048576 would raise our credit/ },
+  // The pending call (id 0) allowed 16 bytes of response: 20 with padding.
+  { name: 'response longer than its allowance', imm: 4, bytes: () => buildBatch(0, 0, 1, [[0x80000000 + 0, 2, new Uint8Array(64)]]), expect: /the response to call id 0 carries 64 bytes, more than the 20 the call allowed/ },
   { name: 'request beyond its credit', imm: 2, bytes: () => buildBatch(0, 0, 1, [[3, 1000, new Uint8Array(2)]]), expect: /claims a response allowance of 32000 bytes/ },
 ];
 
