@@ -21,12 +21,12 @@ import { FutexBell, ringBell } from '../host/futex-bell.js';
 import { waitSync, type WaitPlan } from '../host/wait.js';
 import { Deadline, type WaitOptions } from '../util/deadline.js';
 import {
-  attachedClients, CLIENT, CLIENT_ATTACHED, CLIENT_CLOSING, CLIENT_RECORD, CLIENT_RELEASED, H, PHASE_ABANDONED, PHASE_IDLE, PHASE_RESERVED,
+  attachedClients, CLIENT, CLIENT_ATTACHED, CLIENT_CLOSING, CLIENT_RELEASED, clientWord, H, PHASE_ABANDONED, PHASE_IDLE, PHASE_RESERVED,
   PHASE_RESERVING, readHeader, RESP, SERVER, SLOT, type DelegationLayout,
 } from './delegation-layout.js';
 import { claimId } from './claim.js';
 import { ServerDisconnected } from './errors.js';
-import { ownerAlive, writeOwner } from './owner.js';
+import { clearOwner, ownerAlive, writeOwner } from './owner.js';
 import { openLayerSegment } from './segment.js';
 import { ServerWatch } from './server-watch.js';
 import { Waiter } from './waiter.js';
@@ -86,7 +86,7 @@ export class DelegationClient<U = unknown> extends Waiter {
     this.clientId = clientId;
     this.u8 = new Uint8Array(sab);
     this.i32 = new Int32Array(sab);
-    this.base = (layout.ext + 64 + clientId * CLIENT_RECORD) >> 2;
+    this.base = clientWord(layout, clientId);
     this.srv = layout.ext >> 2;
     this.epochWord = this.srv + SERVER.TAIL_EPOCH;
     this.ringMask = layout.ringDepth - 1;
@@ -115,11 +115,20 @@ export class DelegationClient<U = unknown> extends Waiter {
     const u8 = new Uint8Array(sab);
     const i32 = new Int32Array(sab);
     if (Atomics.load(u8, H.SERVER_ALIVE) !== 1 || !ownerAlive(i32, layout.ext >> 2)) throw new ServerDisconnected(`DelegationClient.connect: the server of ${name} is gone (closed or dead); start it again and connect to the name it reports`);
-    const id = claimId(i32, H.NEXT_CLIENT_ID >> 2, layout.maxClients, (c) => ((layout.ext + 64 + c * CLIENT_RECORD) >> 2) + CLIENT.STATE);
+    const id = claimId(i32, H.NEXT_CLIENT_ID >> 2, layout.maxClients, (c) => clientWord(layout, c) + CLIENT.STATE);
     if (id < 0) throw new WeftError('EINVAL', `DelegationClient.connect: ${name} already has max_clients = ${layout.maxClients} clients attached (a closed client's id is freed once the server has answered all its calls); close one, or create the server with a larger maxClients`);
-    const client = new DelegationClient<U>(name, sab, layout, id, options);
-    const base = client.base;
+    // The owner right after the claim, as in ipc: the server reaps a CLAIMING id whose owner is
+    // written and dead, so a thread killed while it builds its views does not leak the id.
+    const base = clientWord(layout, id);
     writeOwner(i32, base);
+    let client: DelegationClient<U>;
+    try {
+      client = new DelegationClient<U>(name, sab, layout, id, options);
+    } catch (err) {
+      clearOwner(i32, base);
+      Atomics.store(i32, base + CLIENT.STATE, CLIENT_RELEASED);
+      throw err;
+    }
     Atomics.store(i32, base + CLIENT.PHASE, PHASE_IDLE);
     for (let s = 0; s < layout.respDepth; s++) Atomics.store(u8, client.respBase + s * layout.respSlot + RESP.VALID, 0);
     Atomics.store(i32, base + CLIENT.STATE, CLIENT_ATTACHED);
@@ -279,6 +288,15 @@ export class DelegationClient<U = unknown> extends Waiter {
     if (this.closed) return;
     this.closed = true;
     Atomics.store(this.i32, this.base + CLIENT.PHASE, PHASE_IDLE);
+    this.leave();
+  }
+
+  /**
+   * Hands the id back (RELEASED, its owner words cleared first so the next claimer reads as
+   * "not written yet", never as this thread), or to the server (CLOSING) while calls fly.
+   */
+  private leave(): void {
+    if (this.inflight === 0) clearOwner(this.i32, this.base);
     Atomics.store(this.i32, this.base + CLIENT.STATE, this.inflight === 0 ? CLIENT_RELEASED : CLIENT_CLOSING);
   }
 
@@ -303,7 +321,7 @@ export class DelegationClient<U = unknown> extends Waiter {
       // The slot stays reserved but unwritten: mark it abandoned so the server skips it.
       this.i32[this.base + CLIENT.PHASE] = PHASE_ABANDONED;
       this.closed = true;
-      Atomics.store(this.i32, this.base + CLIENT.STATE, this.inflight === 0 ? CLIENT_RELEASED : CLIENT_CLOSING);
+      this.leave();
       throw err;
     }
   }

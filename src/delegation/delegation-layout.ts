@@ -160,9 +160,14 @@ export function readHeader(sab: SharedArrayBuffer, name: string): DelegationLayo
   return l;
 }
 
+/** The word where client c's record (state, owner, bell, phase) starts. */
+export function clientWord(l: DelegationLayout, c: number): number {
+  return (l.ext + 64 + c * CLIENT_RECORD) >> 2;
+}
+
 /** Clients attached to the ring now (for the waiting loop: more busy threads than cores?). */
 export function attachedClients(i32: Int32Array, l: DelegationLayout): number {
   let n = 0;
-  for (let c = 0; c < l.maxClients; c++) if (Atomics.load(i32, ((l.ext + 64 + c * CLIENT_RECORD) >> 2) + CLIENT.STATE) === CLIENT_ATTACHED) n++;
+  for (let c = 0; c < l.maxClients; c++) if (Atomics.load(i32, clientWord(l, c) + CLIENT.STATE) === CLIENT_ATTACHED) n++;
   return n;
 }

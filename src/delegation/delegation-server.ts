@@ -23,11 +23,11 @@ import { ringBell, FutexBell } from '../host/futex-bell.js';
 import type { WaitPlan } from '../host/wait.js';
 import { Deadline, type WaitOptions } from '../util/deadline.js';
 import {
-  attachedClients, checkGeometry, CLIENT, CLIENT_ATTACHED, CLIENT_CLOSING, CLIENT_DEAD, CLIENT_RECORD, CLIENT_RELEASED, H, layoutOf, PHASE_RESERVED, PHASE_RESERVING,
+  attachedClients, checkGeometry, CLIENT, CLIENT_ATTACHED, CLIENT_CLAIMING, CLIENT_CLOSING, CLIENT_DEAD, CLIENT_RELEASED, clientWord, H, layoutOf, PHASE_RESERVED, PHASE_RESERVING,
   RESP, SERVER, SLOT, TAIL_EPOCH, writeHeader, type DelegationGeometry, type DelegationLayout,
 } from './delegation-layout.js';
 import { REAP_ALIVE, REAP_DEAD, reapIfDead } from './claim.js';
-import { writeOwner } from './owner.js';
+import { clearOwner, writeOwner } from './owner.js';
 import { createLayerSegment, defaultJob, removeLayerSegment } from './segment.js';
 import { Waiter } from './waiter.js';
 
@@ -288,7 +288,7 @@ export class DelegationServer extends Waiter {
   }
 
   private clientBase(c: number): number {
-    return (this.layout.ext + 64 + c * CLIENT_RECORD) >> 2;
+    return clientWord(this.layout, c);
   }
 
   private step(): void {
@@ -364,7 +364,9 @@ export class DelegationServer extends Waiter {
     for (let c = 0; c < this.layout.maxClients; c++) {
       const base = this.clientBase(c);
       const state = Atomics.load(this.i32, base + CLIENT.STATE);
-      if ((state === CLIENT_ATTACHED || state === CLIENT_CLOSING) && this.reap(c, state) !== REAP_ALIVE) continue;
+      // CLAIMING too: a thread killed between its claim and ATTACHED (reapIfDead leaves one
+      // whose owner words are not written yet alone).
+      if ((state === CLIENT_ATTACHED || state === CLIENT_CLOSING || state === CLIENT_CLAIMING) && this.reap(c, state) !== REAP_ALIVE) continue;
       if ((state === CLIENT_DEAD || state === CLIENT_CLOSING) && this.outstanding[c] <= 0) this.releaseWhenDrained(c, state);
     }
   }
@@ -399,6 +401,8 @@ export class DelegationServer extends Waiter {
     this.fenced[c] = 0;
     const l = this.layout;
     for (let s = 0; s < l.respDepth; s++) Atomics.store(this.u8, l.respArea + (c * l.respDepth + s) * l.respSlot + RESP.VALID, 0);
+    // Only the server moves an id out of CLOSING or DEAD: the owner words are its to clear.
+    clearOwner(this.i32, this.clientBase(c));
     Atomics.compareExchange(this.i32, this.clientBase(c) + CLIENT.STATE, from, CLIENT_RELEASED);
   }
 }

@@ -367,6 +367,51 @@ test('ipc: a client killed while it claims its id (its views being built) is rea
   server.close();
 });
 
+test('delegationrpc: a client killed while it claims its id (its views being built) is reaped, and the id reused', async () => {
+  const server = DelegationServer.create({ maxClients: 1, ringDepth: 64, respDepth: 4, requestBytes: 8, responseBytes: 8, reapIntervalMs: 1 });
+  const stateWord = (server as unknown as { clientBase(c: number): number }).clientBase(0);
+  const i32 = (server as unknown as { i32: Int32Array }).i32;
+  const ctl = new Int32Array(new SharedArrayBuffer(8));
+  // The constructor fills its table of user data: hold the thread there, after the claim.
+  const w = party(
+    `const { DelegationClient } = await import(D + 'delegation/index.js');
+     const { openSegment } = await import(D + 'host/segments.js');
+     const seg = new Int32Array(openSegment(workerData.name));
+     const ctl = workerData.ctl;
+     const fill = Array.prototype.fill;
+     Array.prototype.fill = function (...args) {
+       if (Atomics.load(seg, workerData.stateWord) === 5) {
+         Array.prototype.fill = fill;
+         Atomics.store(ctl, 0, 1);
+         Atomics.notify(ctl, 0);
+         while (Atomics.load(ctl, 1) === 0) Atomics.wait(ctl, 1, 0, 100);
+       }
+       return fill.apply(this, args);
+     };
+     DelegationClient.connect(workerData.name);`,
+    { name: server.name, ctl, stateWord },
+  );
+  await until(() => Atomics.load(ctl, 0) === 1, 'the worker held inside connect');
+  assert.is(Atomics.load(i32, stateWord), 5, 'held while CLAIMING');
+  await w.worker.terminate();
+  // The server reaps from its poll loop (every 1024th empty poll, reapIntervalMs apart).
+  const end = performance.now() + 30_000;
+  while (server.stats.clientsReaped === 0 && performance.now() < end) server.poll();
+  assert.is(server.stats.clientsReaped, 1);
+  assert.is(Atomics.load(i32, stateWord), 3, 'released');
+  const next = DelegationClient.connect<string>(server.name);
+  assert.is(next.clientId, 0);
+  assert.ok(next.call(enc('next'), 'next'));
+  for (let k = 0; k < 1000 && server.poll() === 0; k++);
+  for (let e = server.recv(); e !== null; e = server.recv()) server.reply(e.clientId, e.respSlot, e.payload);
+  server.advanceTail();
+  const got: string[] = [];
+  next.poll((u) => got.push(u));
+  assert.equal(got, ['next']);
+  next.close();
+  server.close();
+});
+
 test('ipc: a live claimer that has not written its owner yet is left alone by the reaper', async () => {
   const server = IpcServer.create({ maxClients: 1, depth: 4, requestBytes: 8, responseBytes: 8, reapIntervalMs: 0 });
   const ctl = new Int32Array(new SharedArrayBuffer(8));
