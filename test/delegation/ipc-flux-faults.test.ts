@@ -46,6 +46,13 @@ function take(server: IpcServer): { clientId: number; tag: number; text: string 
   return { clientId: r.clientId, tag: r.tag, text: dec(r.payload) };
 }
 
+/** Takes one request, if one is waiting, and echoes it; returns it (or null). */
+function serveOne(server: IpcServer): ReturnType<IpcServer['recv']> {
+  const r = server.recv();
+  if (r) server.reply(r.clientId, r.tag, r.payload);
+  return r;
+}
+
 /** Client c's state word (0 free, 1 attached, 2 dead, 3 released, 4 closing, 5 claiming). */
 function ipcState(server: IpcServer, c: number): number {
   const i32 = (server as unknown as { i32: Int32Array }).i32;
@@ -217,11 +224,7 @@ test('ipc: a long-idle client is still looked at while the others keep the serve
   const quiet = IpcClient.connect<string>(server.name);
   const b = IpcClient.connect<number>(server.name);
   const req = new Uint8Array(8);
-  const serve = () => {
-    const r = server.recv();
-    if (r) server.reply(r.clientId, r.tag, r.payload);
-    return r;
-  };
+  const serve = () => serveOne(server);
   // Every client idle for 64 looks, then a and b take turns so that no pass is ever empty:
   // the skip count once advanced only on empty passes, and stayed where it skipped `quiet`.
   server.ready();
@@ -254,11 +257,7 @@ test('ipc: a busy server (never an empty pass) still admits new clients and reap
   const a = IpcClient.connect<number>(server.name);
   const b = IpcClient.connect<number>(server.name);
   const req = new Uint8Array(8);
-  const serve = () => {
-    const r = server.recv();
-    if (r) server.reply(r.clientId, r.tag, r.payload);
-    return r;
-  };
+  const serve = () => serveOne(server);
   const busy = (rounds: number, done: () => boolean) => {
     for (let i = 0; i < rounds && !done(); i++) {
       a.call(req, 0);
