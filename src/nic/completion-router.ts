@@ -60,6 +60,8 @@ export class CompletionRouter {
   /** Set by kick(): the loop's sleep ends and every waiter is checked again. */
   private kicked = false;
   private wake: (() => void) | undefined;
+  /** performance.now() at which the loop's current sleep ends at the latest (its earliest waiter's deadline). */
+  private loopUntil = 0;
   /** The sync wait's condition (a field, so waitSync allocates no closure). */
   private syncReady: () => boolean = () => true;
 
@@ -202,6 +204,9 @@ export class CompletionRouter {
       }
       this.waiters.push(w);
       if (!this.looping) void this.loop();
+      // The loop sleeps until the earliest deadline it knew of: a nearer one must wake it, or
+      // this wait would time out only when something else woke the loop (a 60 s waiter's sleep).
+      else if (performance.now() + call.deadline.remaining() < this.loopUntil) this.kick();
     });
   }
 
@@ -287,6 +292,7 @@ export class CompletionRouter {
   private loopCall(): WaitCall {
     let ms = Infinity;
     for (const w of this.waiters) ms = Math.min(ms, w.call.deadline.remaining());
+    this.loopUntil = performance.now() + ms;
     return { deadline: new Deadline(Math.max(0, ms)), what: `${this.device.label}: progress` };
   }
 
