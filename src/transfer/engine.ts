@@ -27,6 +27,7 @@ import { Deadline, defaultTimeoutMs, type WaitOptions } from '../util/deadline.j
 import { describeValue } from '../util/describe.js';
 import { Batch, O_LOCAL, O_REMOTE, O_SEGMENT, O_SELF, OP_READ, OP_WRITE, R_DEADLINE, R_FLYING, R_LEFT, R_LENGTH, R_LOCAL_OFF, R_OP, R_RELEASED, R_REMOTE_OFF, R_STATUS, R_TARGET_ADDR, R_TRANSFERRED, RO, RS } from './batch.js';
 import { LocalMemory, type LocalBuffer } from './local-memory.js';
+import { CLOSING, CONTROL_CREDITS, CONTROL_WR_ID, KeyRevocation } from './key-revocation.js';
 import { PassiveProgress } from './passive-progress.js';
 import { closePath, connectPaths, type TransferGroup } from './paths.js';
 import { RemoteSegment, type RemoteBuffer } from './remote-segment.js';
@@ -95,11 +96,23 @@ class Peer {
   readonly queue = new SliceQueue();
   next = 0;
   listed = false;
+  /** The last revoke value this rank wrote into our control region (key-revocation.ts). */
+  seenRevoke = 0;
+  /** A revoke value to acknowledge (0: none): nothing is posted toward the rank meanwhile. */
+  revoking = 0;
+  /** Counts revokes seen, so that a descriptor read started before the latest one is not taken for it. */
+  revokeSeq = 0;
+  /** The queued requests were moved to a descriptor read after the revoke. */
+  revokeReady = false;
+  /** The rank closed its engine (it sent CLOSING): requests toward it are FAILED. */
+  closedEngine = false;
   constructor(
     readonly rank: number,
     readonly qps: QueuePair[],
     /** Slice size of requests toward this rank. */
     readonly sliceBytes: number,
+    /** Reached through the fabric (its keys are retired with key-revocation.ts). */
+    readonly fabric: boolean,
   ) {
     this.inflight = new Int32Array(qps.length);
     this.dead = new Uint8Array(qps.length);
@@ -185,6 +198,10 @@ export class TransferEngine implements CompletionSink {
   private isClosed = false;
   private readonly pathDepth: number;
   private readonly requestTimeoutMs: number;
+  /** Fabric peers' key retirement (undefined when every peer is on shared memory). */
+  private readonly revocation: KeyRevocation | undefined;
+  /** Regions unregistered whose retirement some peer did not confirm: closed with the engine. */
+  private readonly unconfirmed: LocalBuffer[] = [];
 
   private constructor(
     private readonly group: TransferGroup,
@@ -192,6 +209,7 @@ export class TransferEngine implements CompletionSink {
     names: string[],
     qps: QueuePair[][],
     passive: PassiveProgress | undefined,
+    revocation: KeyRevocation | undefined,
   ) {
     this.label = `rank ${group.rank}`;
     this.name = options.name;
@@ -202,13 +220,14 @@ export class TransferEngine implements CompletionSink {
     this.location = options.location;
     this.local = new LocalMemory(group.router.device, this.label);
     this.passive = passive;
+    this.revocation = revocation;
     for (let p = 0; p < group.size; p++) {
       const list = qps[p];
       if (!list || list.length === 0) {
         this.peers.push(undefined);
         continue;
       }
-      this.peers.push(new Peer(p, list, options.sliceBytes ?? defaultSlice(group, p)));
+      this.peers.push(new Peer(p, list, options.sliceBytes ?? defaultSlice(group, p), revocation?.hasPeer(p) === true));
       list.forEach((q, k) => {
         this.pathRank[q.qpn] = p;
         this.pathIndex[q.qpn] = k;
@@ -228,13 +247,18 @@ export class TransferEngine implements CompletionSink {
     opens.set(group, epoch);
     const o = checkOptions(where, group, options);
     const device = group.router.device;
-    const passive = device.provider === 'shm' ? undefined : new PassiveProgress(group.router, `${where}: serving peers' one-sided access`);
     // The sink exists before the engine does: completions may route as soon as QPs are attached.
     let engine: TransferEngine | undefined;
+    const passive = device.provider === 'shm' ? undefined : new PassiveProgress(group.router, `${where}: serving peers' one-sided access`, () => engine?.checkRevocations());
     const early: CompletionSink = { take: (b, i) => engine?.take(b, i) };
+    const fabricPeers = [...Array(group.size).keys()].some((p) => p !== group.rank && reachedByFabric(group, p));
+    let revocation: KeyRevocation | undefined;
     let paths;
     try {
-      paths = await connectPaths(group, early, `transfer/open/${epoch}`, o.qpsPerPeer, o.name, options);
+      revocation = fabricPeers ? new KeyRevocation(device, group.rank, group.size) : undefined;
+      // Fabric paths take key-revocation messages (WRITE_IMM, so that they wake a sleeping peer).
+      const credits = (p: number) => (revocation && reachedByFabric(group, p) ? CONTROL_CREDITS : 0);
+      paths = await connectPaths(group, early, `transfer/open/${epoch}`, o.qpsPerPeer, o.name, revocation?.mr.descriptor() ?? new Uint8Array(0), credits, options);
     } catch (err) {
       passive?.stop();
       throw err;
@@ -245,7 +269,8 @@ export class TransferEngine implements CompletionSink {
       passive?.stop();
       throw new WeftError('EINVAL', `${where}: ranks ${paths.names.indexOf(paths.names[dup])} and ${dup} both named their segment '${paths.names[dup]}'; segment names must be unique in the job (the default is <hostname>:<rank>)`);
     }
-    engine = new TransferEngine(group, o, paths.names, paths.qps, passive);
+    if (revocation) paths.controls.forEach((c, p) => (reachedByFabric(group, p) && p !== group.rank ? revocation.setPeer(p, c) : undefined));
+    engine = new TransferEngine(group, o, paths.names, paths.qps, passive, revocation);
     // Completions route to `early`, which forwards to the engine: detach and re-attach the engine itself (no indirection per completion).
     for (const list of paths.qps) {
       for (const q of list) {
@@ -286,16 +311,171 @@ export class TransferEngine implements CompletionSink {
   /**
    * Removes the registered buffer that `view` starts and publishes the descriptor without it;
    * refused (EINVAL) while requests of this engine use it as their source. Peers' later
-   * accesses to it fail (their requests are FAILED), except on libfabric's tcp, which does not
-   * report remote access errors (docs/transfer.md).
+   * requests to it are INVALID or FAILED. Toward peers on the fabric it first waits until each
+   * confirmed that it will not use the buffer's key again (a stale key breaks libfabric tcp's
+   * connection between the two processes; key-revocation.ts): within `timeoutMs` (default the
+   * engine's requestTimeoutMs), else ETIMEDOUT naming the silent ranks, with the buffer gone
+   * from the descriptor but its key valid until the engine closes.
    */
-  async unregisterLocalMemory(view: ArrayBufferView): Promise<void> {
+  async unregisterLocalMemory(view: ArrayBufferView, options: WaitOptions = {}): Promise<void> {
     this.checkOpen('unregisterLocalMemory');
     const buf = this.local.registered(view);
     if (!buf) throw new WeftError('EINVAL', `${this.label}: unregisterLocalMemory: no registered buffer starts where this ${describeValue(view)} starts; pass the view you registered`);
     if (buf.inflight > 0) throw new WeftError('EINVAL', `${this.label}: unregisterLocalMemory: ${buf.inflight} request(s) in flight use the buffer at addr ${buf.addr} as their source; wait for their batches first`);
-    this.local.unregister(buf);
-    await this.publish();
+    const deadline = new Deadline(options.timeoutMs ?? this.requestTimeoutMs, options.signal);
+    // Out of the table (this rank's own requests no longer find it), but its key stays valid
+    // until every fabric peer confirmed it will not use it (key-revocation.ts).
+    this.local.remove(buf);
+    try {
+      await this.publish();
+      await this.retireKeys(this.version, deadline, `unregisterLocalMemory(addr ${buf.addr})`);
+    } catch (err) {
+      this.unconfirmed.push(buf);
+      throw err;
+    }
+    buf.mr.deregister();
+  }
+
+  /**
+   * Tells every fabric peer that keys older than descriptor `version` are retired (CLOSING:
+   * all of them), and waits until each acknowledged or lost its paths. ETIMEDOUT names the
+   * ranks that did not confirm.
+   */
+  private async retireKeys(version: number, deadline: Deadline, what: string): Promise<void> {
+    const rev = this.revocation;
+    if (!rev) return;
+    const told: Peer[] = [];
+    for (const peer of this.peers) {
+      if (!peer?.fabric || peer.closedEngine) continue;
+      for (let k = 0; k < peer.qps.length; k++) {
+        if (peer.dead[k] === 1 || peer.qps[k].state !== 'ready') continue;
+        try {
+          rev.sendRevoke(peer.rank, k, peer.qps[k], version);
+          told.push(peer);
+          break;
+        } catch {
+          this.pathDied(peer, k);
+        }
+      }
+    }
+    if (told.length === 0) return;
+    const confirmed = (p: Peer) => rev.ackFrom(p.rank) >= version || !p.alive();
+    await this.group.router.waitAsync(
+      () => {
+        this.pump();
+        return told.every(confirmed);
+      },
+      { deadline, what: `${this.label}: ${what}: waiting for rank(s) ${told.map((p) => p.rank).join(', ')} to stop using the retired key(s)` },
+    ).catch((err: unknown) => {
+      const silent = told.filter((p) => !confirmed(p)).map((p) => p.rank);
+      if ((err as WeftError).code !== 'ETIMEDOUT' || silent.length === 0) throw err;
+      throw new WeftError('ETIMEDOUT', `${this.label}: ${what}: rank(s) ${silent.join(', ')} did not confirm within ${Math.round(deadline.timeoutMs)} ms that they stopped using the buffer's key (their event loop is blocked, or their engine is not progressing); it stays registered with the NIC until this engine closes, since a stale key would break the fabric connection between the two processes`, { cause: err });
+    });
+  }
+
+  /**
+   * Progress for fabric peers' key retirements (key-revocation.ts): a changed revoke word starts
+   * one (posting toward that rank stops, its descriptor is read again); a finished one is
+   * acknowledged once no slice toward that rank is in the fabric. Called by every progress call
+   * and by the passive progress waiter.
+   */
+  checkRevocations(): void {
+    const rev = this.revocation;
+    if (!rev || this.isClosed) return;
+    for (const peer of this.peers) {
+      if (!peer?.fabric) continue;
+      const v = rev.revokeFrom(peer.rank);
+      if (v !== peer.seenRevoke) {
+        peer.seenRevoke = v;
+        this.beginRevoke(peer, v);
+      }
+      if (peer.revoking !== 0 && peer.revokeReady && flying(peer) === 0) this.acknowledge(peer);
+    }
+  }
+
+  private beginRevoke(peer: Peer, value: number): void {
+    peer.revoking = value;
+    peer.revokeReady = false;
+    peer.revokeSeq++;
+    if (value === CLOSING) {
+      peer.closedEngine = true;
+      this.failQueued(peer, `rank ${peer.rank} closed its transfer engine`);
+      peer.revokeReady = true;
+      return;
+    }
+    const seg = this.segmentOf(peer.rank);
+    if (seg === undefined) {
+      // Nothing cached, nothing queued toward it.
+      peer.revokeReady = true;
+      return;
+    }
+    this.refresh(seg);
+  }
+
+  /** After a descriptor read that started after the latest revoke of `peer`: queued requests use its buffers. */
+  private reresolve(peer: Peer, seg: RemoteSegment, err: unknown): void {
+    const q = peer.queue;
+    const sl = this.slices;
+    for (let n = q.size; n > 0; n--) {
+      const s = q.shift();
+      const b = sl.batch[s] as Batch;
+      const i = sl.f[s * SS + S_IDX];
+      if (!b.live(i, sl.f[s * SS + S_GEN])) {
+        sl.release(s);
+        continue;
+      }
+      const used = b.remote(i) as RemoteBuffer;
+      if (!seg.buffers.includes(used)) {
+        const addr = b.f[i * RS + R_TARGET_ADDR];
+        const fresh = err === undefined ? seg.find(addr, Math.max(1, b.f[i * RS + R_LENGTH])) : undefined;
+        if (fresh === undefined) {
+          sl.release(s);
+          this.settle(b, i, Task.FAILED, err === undefined ? `rank ${peer.rank} unregistered the target buffer [${used.addr}, ${used.addr + used.length}) before this request reached it` : `rank ${peer.rank} retired keys and its descriptor could not be re-read: ${(err as Error).message}`);
+          continue;
+        }
+        // Registered again (same address, new key): the request goes on with it.
+        b.refs[i * RO + O_REMOTE] = fresh;
+        b.f[i * RS + R_REMOTE_OFF] = fresh.offset + (addr - fresh.addr);
+      }
+      q.push(s);
+    }
+  }
+
+  /** Fails every queued request toward `peer` (its engine is closing). */
+  private failQueued(peer: Peer, why: string): void {
+    const q = peer.queue;
+    const sl = this.slices;
+    while (q.size > 0) {
+      const s = q.shift();
+      const b = sl.batch[s] as Batch;
+      const i = sl.f[s * SS + S_IDX];
+      sl.release(s);
+      if (b.live(i, sl.f[s * SS + S_GEN])) this.settle(b, i, Task.FAILED, why);
+    }
+  }
+
+  private acknowledge(peer: Peer): void {
+    const rev = this.revocation as KeyRevocation;
+    const value = peer.revoking;
+    peer.revoking = 0;
+    for (let k = 0; k < peer.qps.length; k++) {
+      if (peer.dead[k] === 1 || peer.qps[k].state !== 'ready') continue;
+      try {
+        rev.sendAck(peer.rank, k, peer.qps[k], value);
+        break;
+      } catch {
+        this.pathDied(peer, k);
+      }
+    }
+    // Queued slices may go again.
+    if (peer.queue.size > 0) this.kickProgress();
+    this.group.router.kick();
+  }
+
+  /** The open segment of rank r, if any (a rank has one segment). */
+  private segmentOf(r: number): RemoteSegment | undefined {
+    for (const seg of this.segments.values()) if (seg.rank === r) return seg;
+    return undefined;
   }
 
   /** This rank's segment descriptor as published. */
@@ -356,6 +536,7 @@ export class TransferEngine implements CompletionSink {
 
   /** The segment's descriptor as this engine last read it (this rank's own: as published). */
   getSegmentDesc(id: SegmentID): SegmentDesc {
+    this.checkOpen('getSegmentDesc');
     const seg = this.segments.get(id);
     if (!seg) throw new WeftError('EINVAL', `${this.label}: getSegmentDesc: segment id ${id} is not open`);
     return seg.rank === this.group.rank ? this.descriptor : structuredClone(seg.desc);
@@ -363,6 +544,7 @@ export class TransferEngine implements CompletionSink {
 
   /** Forgets an open segment; refused while open requests target it. */
   closeSegment(id: SegmentID): void {
+    this.checkOpen('closeSegment');
     const seg = this.segments.get(id);
     if (!seg) throw new WeftError('EINVAL', `${this.label}: closeSegment: segment id ${id} is not open`);
     for (const b of this.openBatches) {
@@ -399,6 +581,8 @@ export class TransferEngine implements CompletionSink {
     this.waitingDesc.delete(seg);
     const refused = this.accessRetry.get(seg) ?? [];
     this.accessRetry.delete(seg);
+    const peer = this.peers[seg.rank];
+    const revokeSeq = peer?.revokeSeq ?? 0;
     seg.refreshing = (async () => {
       let err: unknown;
       try {
@@ -438,8 +622,14 @@ export class TransferEngine implements CompletionSink {
           this.settle(b, i, Task.FAILED, `rank ${seg.rank} refused the access: the target buffer is no longer registered there${fresh ? ' (its descriptor still lists it; the owner may have changed it without publishing)' : ''}${err ? `, and its descriptor could not be re-read: ${(err as Error).message}` : ''}`);
         }
       }
-      // Requests that arrived during the read want a read of their own.
-      if (this.waitingDesc.has(seg) || this.accessRetry.has(seg)) this.refresh(seg);
+      if (peer !== undefined && peer.revoking !== 0 && !peer.revokeReady && peer.revokeSeq === revokeSeq) {
+        this.reresolve(peer, seg, err);
+        peer.revokeReady = true;
+        this.checkRevocations();
+      }
+      // Requests that arrived during the read want a read of their own, and so does a revoke
+      // that came in after this read started.
+      if (this.waitingDesc.has(seg) || this.accessRetry.has(seg) || (peer !== undefined && peer.revoking !== 0 && !peer.revokeReady)) this.refresh(seg);
       // Waiters whose batches just settled here must be looked at again.
       this.group.router.kick();
       this.kickProgress();
@@ -491,11 +681,13 @@ export class TransferEngine implements CompletionSink {
   submitTransfer(batch: BatchID, entries: readonly TransferRequest[]): void {
     const b = this.batchOf(batch, 'submitTransfer');
     if (!Array.isArray(entries)) throw new WeftError('EINVAL', `${this.label}: submitTransfer: entries must be an array of requests, got ${describeValue(entries)}`);
-    if (b.count + entries.length > b.capacity) throw new WeftError('EINVAL', `${this.label}: submitTransfer: batch ${batch} holds ${b.capacity} request(s), ${b.count} submitted already, ${entries.length} more given`);
+    // Read once: a request's getter may grow the array while it is read (past the capacity check).
+    const n = entries.length;
+    if (b.count + n > b.capacity) throw new WeftError('EINVAL', `${this.label}: submitTransfer: batch ${batch} holds ${b.capacity} request(s), ${b.count} submitted already, ${n} more given`);
     const now = performance.now();
     const deadline = now + b.timeoutMs;
     try {
-      for (let k = 0; k < entries.length; k++) {
+      for (let k = 0; k < n; k++) {
         const i = b.count++;
         const o = i * RS;
         b.f[o + R_STATUS] = Task.PENDING;
@@ -531,17 +723,21 @@ export class TransferEngine implements CompletionSink {
     if (op < 0) return this.settle(b, i, Task.INVALID, `opcode must be 'READ' or 'WRITE', got ${typeof r.opcode === 'string' ? JSON.stringify(r.opcode) : describeValue(r.opcode)}`);
     const src = r.source;
     if (!ArrayBuffer.isView(src)) return this.settle(b, i, Task.INVALID, `source must be a typed array or DataView inside registered memory, got ${describeValue(src)}`);
-    const len = r.length ?? src.byteLength;
-    if (!Number.isSafeInteger(len) || len < 0 || len > src.byteLength) return this.settle(b, i, Task.INVALID, `length must be an integer in [0, ${src.byteLength}] (the source view's byteLength), got ${String(len)}`);
+    // byteLength, byteOffset and buffer are builtin calls in Node 20 (~15 ns each; a typed
+    // array's length is inlined): each is read once per request.
+    const srcBytes = src.byteLength;
+    const len = r.length ?? srcBytes;
+    if (!Number.isSafeInteger(len) || len < 0 || len > srcBytes) return this.settle(b, i, Task.INVALID, `length must be an integer in [0, ${srcBytes}] (the source view's byteLength), got ${String(len)}`);
     const seg = this.segments.get(r.targetId);
     if (seg === undefined) return this.settle(b, i, Task.INVALID, `targetId ${String(r.targetId)} is not an open segment (openSegment gives the ids)`);
     const addr = r.targetOffset;
     if (!Number.isSafeInteger(addr) || addr < 0) return this.settle(b, i, Task.INVALID, `targetOffset must be a non-negative safe integer (a buffer's addr plus an offset), got ${String(addr)}`);
-    const lbuf = this.local.find(src.buffer, src.byteOffset, len);
-    if (lbuf === undefined) return this.settle(b, i, Task.INVALID, `source bytes [${src.byteOffset}, ${src.byteOffset + len}) of this ${describeValue(src)}'s memory are not inside one buffer registered with registerLocalMemory`);
+    const srcOff = src.byteOffset;
+    const lbuf = this.local.find(src.buffer, srcOff, len);
+    if (lbuf === undefined) return this.settle(b, i, Task.INVALID, `source bytes [${srcOff}, ${srcOff + len}) of this ${describeValue(src)}'s memory are not inside one buffer registered with registerLocalMemory`);
     b.f[i * RS + R_OP] = op;
     b.f[i * RS + R_LENGTH] = len;
-    b.f[i * RS + R_LOCAL_OFF] = src.byteOffset - lbuf.start;
+    b.f[i * RS + R_LOCAL_OFF] = srcOff - lbuf.start;
     b.f[i * RS + R_TARGET_ADDR] = addr;
     b.refs[i * RO + O_LOCAL] = lbuf;
     b.refs[i * RO + O_SEGMENT] = seg;
@@ -569,6 +765,7 @@ export class TransferEngine implements CompletionSink {
   private start(b: Batch, i: number, seg: RemoteSegment, rbuf: RemoteBuffer): void {
     const peer = this.peers[seg.rank];
     if (peer === undefined) return this.settle(b, i, Task.INVALID, `segment '${seg.name}' belongs to rank ${seg.rank}, toward which this engine has no path`);
+    if (peer.closedEngine) return this.settle(b, i, Task.FAILED, `rank ${seg.rank} closed its transfer engine`);
     const len = b.f[i * RS + R_LENGTH];
     if (len === 0) return this.settle(b, i, Task.COMPLETED, undefined);
     const remoteOff = rbuf.offset + (b.f[i * RS + R_TARGET_ADDR] - rbuf.addr);
@@ -686,6 +883,7 @@ export class TransferEngine implements CompletionSink {
     this.pumping = true;
     try {
       const router = this.group.router;
+      if (this.revocation) this.checkRevocations();
       // A request past its deadline times out before anything more of it runs.
       if (this.earliestDeadline !== Infinity) {
         const now = performance.now();
@@ -715,6 +913,7 @@ export class TransferEngine implements CompletionSink {
   /** True when some queued slice has a path with room. */
   private postable(): boolean {
     for (const peer of this.active) {
+      if (peer.revoking !== 0) continue;
       for (let k = 0; k < peer.qps.length; k++) if (peer.dead[k] === 0 && peer.inflight[k] < this.pathDepth) return true;
     }
     return false;
@@ -729,6 +928,8 @@ export class TransferEngine implements CompletionSink {
     let posted = 0;
     for (let a = 0; a < act.length; a++) {
       const peer = act[a];
+      // Retiring keys toward it (key-revocation.ts): queued slices wait for the fresh descriptor.
+      if (peer.revoking !== 0) continue;
       const q = peer.queue;
       const nPaths = peer.qps.length;
       while (q.size > 0) {
@@ -861,8 +1062,15 @@ export class TransferEngine implements CompletionSink {
       this.pathDied(peer, k);
       return;
     }
+    if (cb.opcode[e] === Opcode.RECV_WRITE_IMM) {
+      // A peer's key-revocation word landed (key-revocation.ts).
+      this.checkRevocations();
+      return;
+    }
     const sl = this.slices;
     const s = cb.wrId[e];
+    // A key-revocation write that failed: its path's failure shows as a QP event.
+    if (s === CONTROL_WR_ID) return;
     const o = s * SS;
     const b = sl.batch[s];
     // A completion of a slice given up on this path already (the path died and it moved on).
@@ -1088,9 +1296,15 @@ export class TransferEngine implements CompletionSink {
   /**
    * Closes the engine: open requests are FAILED (getTransferStatus still reads them), waits
    * rejected, its paths closed, its buffers unregistered and its descriptor removed from the
-   * store. Not collective; peers' requests to this segment fail from then on.
+   * store. Not collective; peers' requests to this segment fail from then on. Peers on the
+   * fabric are told first and confirm (up to `timeoutMs`, default the smaller of
+   * requestTimeoutMs and 10 s; a silent one does not hold the close up longer).
    */
-  async close(): Promise<void> {
+  async close(options: WaitOptions = {}): Promise<void> {
+    if (this.isClosed) return;
+    // Fabric peers stop using this segment's keys first (key-revocation.ts); one that does not
+    // answer in time does not hold the close up longer.
+    await this.retireKeys(CLOSING, new Deadline(options.timeoutMs ?? Math.min(this.requestTimeoutMs, 10_000), options.signal), 'close').catch(() => {});
     if (this.isClosed) return;
     this.closeNow();
     await this.publishing;
@@ -1107,7 +1321,22 @@ export class TransferEngine implements CompletionSink {
     for (const peer of this.peers) if (peer) for (const q of peer.qps) closePath(router, this, q);
     this.passive?.stop();
     this.local.clear();
+    for (const b of this.unconfirmed) b.mr.deregister();
+    this.unconfirmed.length = 0;
   }
+}
+
+/** Slices of `peer` in the fabric, over its paths. */
+function flying(peer: Peer): number {
+  let n = 0;
+  for (let k = 0; k < peer.inflight.length; k++) n += peer.inflight[k];
+  return n;
+}
+
+/** True when rank `peer` is reached through the fabric (its stale keys must never be used). */
+function reachedByFabric(group: TransferGroup, peer: number): boolean {
+  const dev = group.router.device;
+  return dev.provider === 'ofi' || (dev.provider === 'mixed' && !group.hosts.sameHost(group.rank, peer));
 }
 
 /**
@@ -1115,9 +1344,7 @@ export class TransferEngine implements CompletionSink {
  * libfabric's tcp provider (a software fabric whose cost per operation dominates below that).
  */
 function defaultSlice(group: TransferGroup, peer: number): number {
-  const dev = group.router.device;
-  const fabric = dev.provider === 'ofi' || (dev.provider === 'mixed' && !group.hosts.sameHost(group.rank, peer));
-  return fabric && /tcp/.test(dev.providerName) ? 1 << 20 : 64 << 10;
+  return reachedByFabric(group, peer) && /tcp/.test(group.router.device.providerName) ? 1 << 20 : 64 << 10;
 }
 
 function checkOptions(where: string, group: TransferGroup, o: TransferEngineOptions) {

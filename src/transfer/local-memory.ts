@@ -38,6 +38,9 @@ export class LocalMemory {
   private readonly byBuffer = new Map<ArrayBufferLike, LocalBuffer[]>();
   private readonly windows = new WeakMap<ArrayBufferLike, number>();
   private nextAddress = ADDRESS_BASE;
+  /** The buffer find() saw last and its list (the list object lives as long as its entry). */
+  private lastBuffer: ArrayBufferLike | undefined;
+  private lastList: LocalBuffer[] = [];
   /** Every registered buffer, in registration order. */
   readonly all: LocalBuffer[] = [];
 
@@ -84,19 +87,34 @@ export class LocalMemory {
 
   /** Removes `buf` and deregisters its region (the caller checked that nothing is in flight). */
   unregister(buf: LocalBuffer): void {
+    this.remove(buf);
+    buf.mr.deregister();
+  }
+
+  /** Removes `buf` from the table; its region stays registered (the caller deregisters it later). */
+  remove(buf: LocalBuffer): void {
     const list = this.byBuffer.get(buf.bytes.buffer);
     if (list) {
       list.splice(list.indexOf(buf), 1);
-      if (list.length === 0) this.byBuffer.delete(buf.bytes.buffer);
+      if (list.length === 0) {
+        this.byBuffer.delete(buf.bytes.buffer);
+        // A later registration of that array starts a new list.
+        this.lastBuffer = undefined;
+      }
     }
     this.all.splice(this.all.indexOf(buf), 1);
-    buf.mr.deregister();
   }
 
   /** The buffer holding `[byteOffset, byteOffset + length)` of `buffer`, or undefined. */
   find(buffer: ArrayBufferLike, byteOffset: number, length: number): LocalBuffer | undefined {
-    const list = this.byBuffer.get(buffer);
-    if (list === undefined) return undefined;
+    // Requests mostly come from one array: its list is kept (a Map lookup costs more).
+    let list = this.lastList;
+    if (buffer !== this.lastBuffer) {
+      const found = this.byBuffer.get(buffer);
+      if (found === undefined) return undefined;
+      this.lastBuffer = buffer;
+      this.lastList = list = found;
+    }
     for (let i = 0; i < list.length; i++) {
       const b = list[i];
       if (byteOffset >= b.start && byteOffset + length <= b.end) return b;
@@ -115,5 +133,6 @@ export class LocalMemory {
     for (const b of this.all) b.mr.deregister();
     this.all.length = 0;
     this.byBuffer.clear();
+    this.lastBuffer = undefined;
   }
 }

@@ -16,11 +16,16 @@ const REARM_MS = 60_000;
 
 export class PassiveProgress {
   private stopped = false;
-  private readonly done = () => this.stopped;
+  private readonly done = () => {
+    this.afterPoll();
+    return this.stopped;
+  };
 
   constructor(
     private readonly router: CompletionRouter,
     private readonly what: string,
+    /** Runs after every poll of the shared loop (the engine's key retirement: key-revocation.ts). */
+    private readonly afterPoll: () => void = () => {},
   ) {
     void this.run();
   }

@@ -34,13 +34,15 @@ export interface ConnectedPaths {
   qps: QueuePair[][];
   /** names[p]: the segment name rank p opened its engine with. */
   names: string[];
+  /** controls[p]: the descriptor of rank p's key-revocation control region (empty: none). */
+  controls: Uint8Array[];
 }
 
 /**
  * Connects `perPeer` QPs toward every other rank of `group` under store namespace `ns`; every
  * QP is attached to `sink` in the router before anything can complete on it.
  */
-export async function connectPaths(group: TransferGroup, sink: CompletionSink, ns: string, perPeer: number, name: string, options: WaitOptions): Promise<ConnectedPaths> {
+export async function connectPaths(group: TransferGroup, sink: CompletionSink, ns: string, perPeer: number, name: string, control: Uint8Array, recvCreditsFor: (peer: number) => number, options: WaitOptions): Promise<ConnectedPaths> {
   const { rank, size, store, router, hosts } = group;
   const device = router.device;
   const qps: QueuePair[][] = [];
@@ -51,25 +53,28 @@ export async function connectPaths(group: TransferGroup, sink: CompletionSink, n
       qps.push(list);
       if (p === rank) continue;
       for (let k = 0; k < perPeer; k++) {
-        const qp = device.createQueuePair({ peerLabel: `rank ${p}`, peerHostId: hosts.ranks[p]?.hostId, recvCredits: 0 });
+        const qp = device.createQueuePair({ peerLabel: `rank ${p}`, peerHostId: hosts.ranks[p]?.hostId, recvCredits: recvCreditsFor(p) });
         list.push(qp);
         router.attach(qp.qpn, sink);
       }
     }
     await checkWorldSize(store, ns, rank, size);
     const addrs = qps.map((list) => (list.length ? joinAddresses(list.map((q) => q.address())) : undefined));
-    await store.set(`${ns}/${rank}`, encodeMeshBlob(rank, size, addrs, new TextEncoder().encode(name)), { once: true });
+    await store.set(`${ns}/${rank}`, encodeMeshBlob(rank, size, addrs, joinAddresses([new TextEncoder().encode(name), control])), { once: true });
     const peers = [...Array(size).keys()].filter((p) => p !== rank);
     const blobs = await multiGetOrFailure(store, peers.map((p) => `${ns}/${p}`), rank, options, async (err) => {
       const missing = await missingRanks(store, peers, ns).catch(() => []);
       return new WeftError('ETIMEDOUT', `rank ${rank}: TransferEngine.open: ${missing.length ? `rank${missing.length > 1 ? 's' : ''} ${missing.join(', ')}` : 'not every rank'} did not open ${missing.length > 1 ? 'their engines' : 'its engine'} within ${Math.round(new Deadline(options.timeoutMs).timeoutMs)} ms: open is collective, every rank of the job calls it (the same number of times, in the same order)`, { cause: err });
     });
     const names: string[] = new Array(size).fill('');
+    const controls: Uint8Array[] = new Array<Uint8Array>(size).fill(new Uint8Array(0));
     names[rank] = name;
     peers.forEach((p, i) => {
       const theirs = splitAddresses(addressFor(blobs[i], p, rank, size), perPeer, `rank ${rank}: TransferEngine.open: rank ${p}'s addresses`);
       qps[p].forEach((q, k) => q.connect(theirs[k]));
-      names[p] = new TextDecoder().decode(extraOf(blobs[i], p, rank, size));
+      const [nameBytes, controlBytes] = splitAddresses(extraOf(blobs[i], p, rank, size), 2, `rank ${rank}: TransferEngine.open: rank ${p}'s segment name and control region`);
+      names[p] = new TextDecoder().decode(nameBytes);
+      controls[p] = controlBytes;
     });
     const pairs = qps.flatMap((list, p) => list.map((q): [number, QueuePair] => [p, q]));
     await shakeHands(device, pairs, () => router.poll(), rank, 'TransferEngine.open', describe, options);
@@ -77,7 +82,7 @@ export async function connectPaths(group: TransferGroup, sink: CompletionSink, n
     await multiGetOrFailure(store, [...Array(size).keys()].map((p) => `${ns}/connected/${p}`), rank, options, (err) => {
       return new WeftError('ETIMEDOUT', `rank ${rank}: TransferEngine.open: every rank published its paths, but not every rank connected them within the timeout: ${err.message}`, { cause: err });
     });
-    return { qps, names };
+    return { qps, names, controls };
   } catch (err) {
     for (const list of qps) for (const q of list) closePath(router, sink, q);
     throw err;
@@ -90,7 +95,7 @@ export function closePath(router: CompletionRouter, sink: CompletionSink, qp: Qu
   qp.close();
 }
 
-/** u32 length + bytes, for each address. */
+/** u32 length + bytes, for each part. */
 function joinAddresses(list: Uint8Array[]): Uint8Array {
   const out = new Uint8Array(list.reduce((n, a) => n + 4 + a.byteLength, 0));
   const v = new DataView(out.buffer);

@@ -1,7 +1,8 @@
 /**
  * The transfer engine between real processes (test/transfer/workers/transfer-rank.ts), on
  * shared memory and on libfabric (tcp): random batches verified byte for byte among 3 ranks,
- * misuse and the descriptor in the store, and a target SIGKILLed mid-stream. Across emulated
+ * misuse and the descriptor in the store, a key retirement a blocked peer cannot confirm
+ * (fabric), and a target SIGKILLed mid-stream. Across emulated
  * hosts: test/hosts/transfer-hosts.test.ts.
  */
 import { test } from 'uvu';
@@ -57,6 +58,14 @@ for (const provider of providers) {
       assert.is(rep.reasons, 8);
     }
   });
+
+  if (provider === 'ofi') {
+    test('an unregister a blocked peer cannot confirm: ETIMEDOUT naming it, the key stays valid, the connection works after (ofi)', async () => {
+      const r = await run(2, provider, 'retire', 90_000);
+      assert.is(r.code, 0, r.out.slice(-3000));
+      assert.ok(report(r.out, 0) && report(r.out, 1), r.out.slice(-3000));
+    });
+  }
 
   test(`a rank that never opens its engine: the others' open fails within its timeout, naming it (${provider})`, async () => {
     const r = await run(2, provider, 'noopen', 60_000);

@@ -6,9 +6,10 @@
  * fabric. Descriptor layout: wire.ts.
  *
  * Limit: a verification is cached per imported region. If the owner deregisters a region
- * after a peer verified it, that peer's later accesses reach the fabric with a dead key (tcp
- * and shm drop such writes, so target memory stays unchanged, but the initiator sees success,
- * and a READ may stall shm). Re-import the descriptor, or stop peers before deregistering.
+ * after a peer verified it, that peer's later accesses reach the fabric with a dead key: tcp
+ * (1.17) then resets the connection between the two processes, and a READ may stall shm.
+ * Layers that deregister memory peers may hold retire the key with them first (the transfer
+ * engine: transfer/key-revocation.ts).
  */
 import { WeftError } from '../../errors.js';
 import type { ProcessIdentity } from '../../host/identity.js';

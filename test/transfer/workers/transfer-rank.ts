@@ -9,6 +9,7 @@
  *   buffer registered after the peer cached the descriptor, a broken path retried on another.
  * - `kill`: rank 0 streams WRITEs to rank 1, which the test SIGKILLs; rank 0 prints how long
  *   after the kill its requests were FAILED, and why.
+ * - `retire` (fabric): an unregister that a blocked peer cannot confirm (see the function).
  */
 import { init } from '../../../src/index.js';
 import { segmentKey, type TransferStatus } from '../../../src/transfer/index.js';
@@ -209,6 +210,26 @@ async function misuse(): Promise<unknown> {
     threw = (err as Error).message;
   }
   check(/holds 2 request/.test(threw), `3 requests into a batch of 2: ${threw || 'accepted'}`);
+  {
+    // A request whose getter grows the array while it is read: the batch's capacity holds
+    // (the array's length is read once), and the batch settles and frees.
+    const g = engine.allocateBatchID(1);
+    const list: unknown[] = [];
+    const extra = { opcode: 'READ', source: buf.subarray(512 * 1024, 512 * 1024 + 8), targetId: seg, targetOffset: theirs, length: 8 };
+    list.push({
+      get opcode() {
+        list.push(extra, extra, extra);
+        return 'READ';
+      },
+      source: buf.subarray(512 * 1024, 512 * 1024 + 8),
+      targetId: seg,
+      targetOffset: theirs,
+      length: 8,
+    });
+    engine.submitTransfer(g, list as never);
+    check((await engine.waitBatch(g, { timeoutMs: 30_000 })) === 0 && engine.getTransferStatus(g).length === 1, `a getter growing the request array: ${JSON.stringify(engine.getTransferStatus(g))}`);
+    engine.freeBatchID(g);
+  }
   // In flight: unregister and freeBatchID are refused. A submitted request is PENDING until progress runs.
   // Peers read only the lower half of each rank's buffer; reads land in the upper half.
   const HALF = 512 * 1024;
@@ -272,9 +293,10 @@ async function misuse(): Promise<unknown> {
     check(old.every((x) => x === 7), 'a timed-out request of a freed batch still wrote into its old range');
     engine.freeBatchID(t2);
   }
-  // On shared memory a stale key is refused by the target: a buffer unregistered and registered
-  // again (same address, new key) is found again through a re-read descriptor.
-  if (ctx.device.provider === 'shm') {
+  // A buffer unregistered and registered again (same address, new key) is found again through
+  // a re-read descriptor. On shared memory the target refuses the stale key; on the fabric the
+  // owner retires it first (key-revocation.ts), since a stale key would break the connection.
+  {
     await ctx.barrier();
     await engine.unregisterLocalMemory(late);
     await engine.registerLocalMemory(late);
@@ -296,11 +318,27 @@ async function misuse(): Promise<unknown> {
   for (let k = 0; k < 4; k++) for (let i = 0; i < 60_000; i += 997) if (buf[HALF + k * 65536 + i] !== (((k * 1000 + i) * 31 + peer) & 255)) fail(`after a path broke: request ${k} byte ${i} wrong`);
   check(engine.stats.retries > 0, `no slice was retried after a path broke (stats ${JSON.stringify(engine.stats)})`);
   engine.freeBatchID(b3);
-  // Unregister, then the peer's requests to it fail (shm checks keys; libfabric tcp does not).
+  // Unregister, then the peer's requests to it fail, and nothing else does: the fabric
+  // connection between the two ranks survives (collectives and other buffers work).
   await ctx.barrier();
   await engine.unregisterLocalMemory(late);
   await ctx.barrier();
   check(JSON.parse(new TextDecoder().decode(await ctx.store.get(segmentKey(`seg-${peer}`)))).buffers.length === 1, 'the peer unregistered a buffer but its descriptor still lists it');
+  {
+    const b5 = engine.allocateBatchID(2);
+    engine.submitTransfer(b5, [
+      { opcode: 'WRITE', source: buf.subarray(HALF, HALF + 100), targetId: seg, targetOffset: theirLate, length: 100 },
+      { opcode: 'READ', source: buf.subarray(HALF), targetId: seg, targetOffset: theirs + 3, length: 1000 },
+    ]);
+    await engine.waitBatch(b5, { timeoutMs: 30_000 });
+    const [stale, good] = engine.getTransferStatus(b5);
+    check(stale.status === 'INVALID' || stale.status === 'FAILED', `a WRITE to a buffer the peer unregistered: ${JSON.stringify(stale)}`);
+    check(good.status === 'COMPLETED' && buf[HALF] === ((3 * 31 + peer) & 255) && buf[HALF + 999] === (((3 + 999) * 31 + peer) & 255), `a READ beside it: ${JSON.stringify(good)}`);
+    engine.freeBatchID(b5);
+    const sum = new Int32Array([1]);
+    await ctx.allreduce(sum);
+    check(sum[0] === size, `an allreduce after the stale request: ${sum[0]}`);
+  }
   await ctx.barrier();
   await engine.close();
   check(engine.closed, 'closed is false after close()');
@@ -311,6 +349,15 @@ async function misuse(): Promise<unknown> {
     threw = (err as Error).message;
   }
   check(/closed/.test(threw), `allocateBatchID after close: ${threw || 'accepted'}`);
+  for (const call of [() => engine.getSegmentDesc(seg), () => engine.closeSegment(seg)]) {
+    threw = '';
+    try {
+      call();
+    } catch (err) {
+      threw = (err as Error).message;
+    }
+    check(/closed/.test(threw), `a segment call after close: ${threw || 'accepted'}`);
+  }
   await ctx.barrier();
   let gone = false;
   try {
@@ -389,7 +436,66 @@ async function noopen(): Promise<unknown> {
   return { ms };
 }
 
-const scenarios: Record<string, () => Promise<unknown>> = { random, misuse, kill, noopen };
+/**
+ * Fabric only: rank 1 unregisters a buffer rank 0 has used while rank 0's event loop is
+ * blocked. Rank 0 cannot confirm that it stopped using the key, so the unregister fails with
+ * ETIMEDOUT naming it within that timeout, and the key stays valid; once unblocked, rank 0's
+ * requests to the buffer are served (the key is still valid) or refused by its engine (the
+ * descriptor was re-read), never wrong, and the connection still works.
+ */
+async function retire(): Promise<unknown> {
+  const engine: TransferEngine = await ctx.transfer();
+  const buf = ctx.alloc(Uint8Array, 64 * 1024).fill(40 + rank);
+  await engine.registerLocalMemory(buf);
+  await ctx.barrier();
+  const seg = await engine.openSegment(engine.segmentNames[1 - rank]);
+  const theirs = engine.getSegmentDesc(seg).buffers[0].addr;
+  const readTheirs = async () => {
+    const id = engine.allocateBatchID(1);
+    engine.submitTransfer(id, [{ opcode: 'READ', source: buf.subarray(0, 16), targetId: seg, targetOffset: theirs, length: 16 }]);
+    await engine.waitBatch(id, { timeoutMs: 30_000 });
+    const st = engine.getTransferStatus(id)[0];
+    engine.freeBatchID(id);
+    return st;
+  };
+  let result: unknown = {};
+  if (rank === 0) {
+    const warm = await readTheirs();
+    if (warm.status !== 'COMPLETED' || buf[0] !== 41) fail(`the first READ: ${JSON.stringify(warm)} byte ${buf[0]}`);
+    await ctx.store.set('retire/blocking', new Uint8Array(1));
+    // The event loop and the engine stand still for 3 s.
+    Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 3000);
+    // Its key is still valid (rank 1 kept it): the READ is served, or refused by this engine
+    // once it saw the revoke; never wrong bytes, never a broken connection.
+    buf.fill(0, 0, 16);
+    const stale = await readTheirs();
+    const ok = stale.status === 'COMPLETED' ? buf[0] === 41 && buf[15] === 41 : stale.status === 'INVALID' || stale.status === 'FAILED';
+    if (!ok) fail(`a READ of the buffer rank 1 unregistered meanwhile: ${JSON.stringify(stale)}, byte ${buf[0]}`);
+    // By now the revoke is seen: the next READ is refused by this engine.
+    const after = await readTheirs();
+    if (after.status !== 'INVALID' && after.status !== 'FAILED') fail(`a READ after the revoke was seen: ${JSON.stringify(after)}`);
+    result = { stale: stale.status, after: after.status };
+  } else {
+    await ctx.store.get('retire/blocking');
+    const t0 = performance.now();
+    let message = '';
+    try {
+      await engine.unregisterLocalMemory(buf, { timeoutMs: 1000 });
+    } catch (err) {
+      message = `${(err as { code?: string }).code} ${(err as Error).message}`;
+    }
+    const ms = Math.round(performance.now() - t0);
+    if (!/^ETIMEDOUT .*rank\(s\) 0 did not confirm within 1000 ms/.test(message) || ms > 2500) fail(`unregister while rank 0 is blocked: ${message || 'succeeded'} after ${ms} ms`);
+    result = { ms };
+  }
+  const sum = new Int32Array([1]);
+  await ctx.allreduce(sum, { timeoutMs: 30_000 });
+  if (sum[0] !== size) fail(`the allreduce after: ${sum[0]}`);
+  await engine.close();
+  return result;
+}
+
+const scenarios: Record<string, () => Promise<unknown>> = { random, misuse, kill, noopen, retire };
 const result = await scenarios[scenario]();
 console.log(`ok rank ${rank}: ${JSON.stringify(result)}`);
 await ctx.close();
