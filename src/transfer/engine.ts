@@ -27,7 +27,7 @@ import { Deadline, defaultTimeoutMs, type WaitOptions } from '../util/deadline.j
 import { describeValue } from '../util/describe.js';
 import { Batch, O_LOCAL, O_REMOTE, O_SEGMENT, O_SELF, OP_READ, OP_WRITE, R_DEADLINE, R_FLYING, R_LEFT, R_LENGTH, R_LOCAL_OFF, R_OP, R_RELEASED, R_REMOTE_OFF, R_STATUS, R_TARGET_ADDR, R_TRANSFERRED, RO, RS } from './batch.js';
 import { LocalMemory, type LocalBuffer } from './local-memory.js';
-import { CLOSING, CONTROL_CREDITS, CONTROL_WR_ID, KeyRevocation } from './key-revocation.js';
+import { CLOSING, CONTROL_CREDITS, CONTROL_WR_ID, FOUND, KeyRevocation, LOST } from './key-revocation.js';
 import { PassiveProgress } from './passive-progress.js';
 import { closePath, connectPaths, type TransferGroup } from './paths.js';
 import { RemoteSegment, type RemoteBuffer } from './remote-segment.js';
@@ -96,14 +96,12 @@ class Peer {
   readonly queue = new SliceQueue();
   next = 0;
   listed = false;
-  /** The last revoke value this rank wrote into our control region (key-revocation.ts). */
-  seenRevoke = 0;
-  /** A revoke value to acknowledge (0: none): nothing is posted toward the rank meanwhile. */
-  revoking = 0;
-  /** Counts revokes seen, so that a descriptor read started before the latest one is not taken for it. */
-  revokeSeq = 0;
-  /** The queued requests were moved to a descriptor read after the revoke. */
-  revokeReady = false;
+  /** The last key-retirement record of this rank we took (key-revocation.ts). */
+  seenSeq = 0;
+  /** A record to acknowledge once `retiring` drained (0: none). */
+  ackDue = 0;
+  /** Its buffers we dropped whose slices are still in the fabric. */
+  retiring: RemoteBuffer[] = [];
   /** The rank closed its engine (it sent CLOSING): requests toward it are FAILED. */
   closedEngine = false;
   constructor(
@@ -316,6 +314,9 @@ export class TransferEngine implements CompletionSink {
    * connection between the two processes; key-revocation.ts): within `timeoutMs` (default the
    * engine's requestTimeoutMs), else ETIMEDOUT naming the silent ranks, with the buffer gone
    * from the descriptor but its key valid until the engine closes.
+   *
+   * @example
+   * await engine.unregisterLocalMemory(buf, { timeoutMs: 5000 });
    */
   async unregisterLocalMemory(view: ArrayBufferView, options: WaitOptions = {}): Promise<void> {
     this.checkOpen('unregisterLocalMemory');
@@ -328,7 +329,7 @@ export class TransferEngine implements CompletionSink {
     this.local.remove(buf);
     try {
       await this.publish();
-      await this.retireKeys(this.version, deadline, `unregisterLocalMemory(addr ${buf.addr})`);
+      await this.retireKeys(this.version, buf.addr, deadline, `unregisterLocalMemory(addr ${buf.addr})`);
     } catch (err) {
       this.unconfirmed.push(buf);
       throw err;
@@ -337,21 +338,20 @@ export class TransferEngine implements CompletionSink {
   }
 
   /**
-   * Tells every fabric peer that keys older than descriptor `version` are retired (CLOSING:
-   * all of them), and waits until each acknowledged or lost its paths. ETIMEDOUT names the
-   * ranks that did not confirm.
+   * Tells every fabric peer that the buffer at `addr` is retired as of descriptor `version`
+   * (CLOSING: the whole segment), and waits until each acknowledged or lost its paths.
+   * ETIMEDOUT names the ranks that did not confirm.
    */
-  private async retireKeys(version: number, deadline: Deadline, what: string): Promise<void> {
+  private async retireKeys(version: number, addr: number, deadline: Deadline, what: string): Promise<void> {
     const rev = this.revocation;
     if (!rev) return;
-    const told: Peer[] = [];
+    const told: [Peer, number][] = [];
     for (const peer of this.peers) {
       if (!peer?.fabric || peer.closedEngine) continue;
       for (let k = 0; k < peer.qps.length; k++) {
         if (peer.dead[k] === 1 || peer.qps[k].state !== 'ready') continue;
         try {
-          rev.sendRevoke(peer.rank, k, peer.qps[k], version);
-          told.push(peer);
+          told.push([peer, rev.sendRevoke(peer.rank, k, peer.qps[k], version, addr)]);
           break;
         } catch {
           this.pathDied(peer, k);
@@ -359,86 +359,61 @@ export class TransferEngine implements CompletionSink {
       }
     }
     if (told.length === 0) return;
-    const confirmed = (p: Peer) => rev.ackFrom(p.rank) >= version || !p.alive();
+    const confirmed = ([p, seq]: [Peer, number]) => rev.ackFrom(p.rank) >= seq || !p.alive();
     await this.group.router.waitAsync(
       () => {
         this.pump();
         return told.every(confirmed);
       },
-      { deadline, what: `${this.label}: ${what}: waiting for rank(s) ${told.map((p) => p.rank).join(', ')} to stop using the retired key(s)` },
+      { deadline, what: `${this.label}: ${what}: waiting for rank(s) ${told.map(([p]) => p.rank).join(', ')} to stop using the retired key` },
     ).catch((err: unknown) => {
-      const silent = told.filter((p) => !confirmed(p)).map((p) => p.rank);
+      const silent = told.filter((t) => !confirmed(t)).map(([p]) => p.rank);
       if ((err as WeftError).code !== 'ETIMEDOUT' || silent.length === 0) throw err;
-      throw new WeftError('ETIMEDOUT', `${this.label}: ${what}: rank(s) ${silent.join(', ')} did not confirm within ${Math.round(deadline.timeoutMs)} ms that they stopped using the buffer's key (their event loop is blocked, or their engine is not progressing); it stays registered with the NIC until this engine closes, since a stale key would break the fabric connection between the two processes`, { cause: err });
+      throw new WeftError('ETIMEDOUT', `${this.label}: ${what}: rank(s) ${silent.join(', ')} did not confirm within ${Math.round(deadline.timeoutMs)} ms that they stopped using the buffer's key (their process is stopped, or never polls); it stays registered with the NIC until this engine closes, since a stale key would break the fabric connection between the two processes`, { cause: err });
     });
   }
 
   /**
-   * Progress for fabric peers' key retirements (key-revocation.ts): a changed revoke word starts
-   * one (posting toward that rank stops, its descriptor is read again); a finished one is
-   * acknowledged once no slice toward that rank is in the fabric. Called by every progress call
-   * and by the passive progress waiter.
+   * Takes fabric peers' key-retirement records (key-revocation.ts): each drops a buffer from
+   * the cached descriptor (queued requests to it fail as they come up); a record is
+   * acknowledged once no slice to a dropped buffer is in the fabric. Synchronous (no store
+   * read), so sync waits answer too. Called by every progress call, by the passive progress
+   * waiter, and when a record's completion arrives.
    */
   checkRevocations(): void {
     const rev = this.revocation;
     if (!rev || this.isClosed) return;
     for (const peer of this.peers) {
       if (!peer?.fabric) continue;
-      const v = rev.revokeFrom(peer.rank);
-      if (v !== peer.seenRevoke) {
-        peer.seenRevoke = v;
-        this.beginRevoke(peer, v);
+      for (;;) {
+        const state = rev.next(peer.rank, peer.seenSeq + 1);
+        if (state === FOUND) {
+          peer.seenSeq++;
+          this.retireFrom(peer, rev.version, rev.addr, false);
+        } else if (state === LOST) {
+          // More records than the ring holds came in since we looked: drop everything of it.
+          peer.seenSeq = rev.newest(peer.rank);
+          this.retireFrom(peer, rev.version, 0, true);
+        } else break;
+        peer.ackDue = peer.seenSeq;
       }
-      if (peer.revoking !== 0 && peer.revokeReady && flying(peer) === 0) this.acknowledge(peer);
+      if (peer.ackDue !== 0) {
+        peer.retiring = peer.retiring.filter((b) => b.flying > 0);
+        if (peer.retiring.length === 0) this.acknowledge(peer);
+      }
     }
   }
 
-  private beginRevoke(peer: Peer, value: number): void {
-    peer.revoking = value;
-    peer.revokeReady = false;
-    peer.revokeSeq++;
-    if (value === CLOSING) {
+  private retireFrom(peer: Peer, version: number, addr: number, all: boolean): void {
+    if (version === CLOSING) {
       peer.closedEngine = true;
       this.failQueued(peer, `rank ${peer.rank} closed its transfer engine`);
-      peer.revokeReady = true;
-      return;
+      all = true;
     }
     const seg = this.segmentOf(peer.rank);
-    if (seg === undefined) {
-      // Nothing cached, nothing queued toward it.
-      peer.revokeReady = true;
-      return;
-    }
-    this.refresh(seg);
-  }
-
-  /** After a descriptor read that started after the latest revoke of `peer`: queued requests use its buffers. */
-  private reresolve(peer: Peer, seg: RemoteSegment, err: unknown): void {
-    const q = peer.queue;
-    const sl = this.slices;
-    for (let n = q.size; n > 0; n--) {
-      const s = q.shift();
-      const b = sl.batch[s] as Batch;
-      const i = sl.f[s * SS + S_IDX];
-      if (!b.live(i, sl.f[s * SS + S_GEN])) {
-        sl.release(s);
-        continue;
-      }
-      const used = b.remote(i) as RemoteBuffer;
-      if (!seg.buffers.includes(used)) {
-        const addr = b.f[i * RS + R_TARGET_ADDR];
-        const fresh = err === undefined ? seg.find(addr, Math.max(1, b.f[i * RS + R_LENGTH])) : undefined;
-        if (fresh === undefined) {
-          sl.release(s);
-          this.settle(b, i, Task.FAILED, err === undefined ? `rank ${peer.rank} unregistered the target buffer [${used.addr}, ${used.addr + used.length}) before this request reached it` : `rank ${peer.rank} retired keys and its descriptor could not be re-read: ${(err as Error).message}`);
-          continue;
-        }
-        // Registered again (same address, new key): the request goes on with it.
-        b.refs[i * RO + O_REMOTE] = fresh;
-        b.f[i * RS + R_REMOTE_OFF] = fresh.offset + (addr - fresh.addr);
-      }
-      q.push(s);
-    }
+    if (seg === undefined) return;
+    const gone = all ? seg.retireAll(version) : seg.retire(addr, version);
+    for (const b of gone) if (b.flying > 0) peer.retiring.push(b);
   }
 
   /** Fails every queued request toward `peer` (its engine is closing). */
@@ -456,20 +431,17 @@ export class TransferEngine implements CompletionSink {
 
   private acknowledge(peer: Peer): void {
     const rev = this.revocation as KeyRevocation;
-    const value = peer.revoking;
-    peer.revoking = 0;
+    const seq = peer.ackDue;
+    peer.ackDue = 0;
     for (let k = 0; k < peer.qps.length; k++) {
       if (peer.dead[k] === 1 || peer.qps[k].state !== 'ready') continue;
       try {
-        rev.sendAck(peer.rank, k, peer.qps[k], value);
-        break;
+        rev.sendAck(peer.rank, k, peer.qps[k], seq);
+        return;
       } catch {
         this.pathDied(peer, k);
       }
     }
-    // Queued slices may go again.
-    if (peer.queue.size > 0) this.kickProgress();
-    this.group.router.kick();
   }
 
   /** The open segment of rank r, if any (a rank has one segment). */
@@ -581,17 +553,24 @@ export class TransferEngine implements CompletionSink {
     this.waitingDesc.delete(seg);
     const refused = this.accessRetry.get(seg) ?? [];
     this.accessRetry.delete(seg);
-    const peer = this.peers[seg.rank];
-    const revokeSeq = peer?.revokeSeq ?? 0;
     seg.refreshing = (async () => {
       let err: unknown;
+      let stale = false;
       try {
-        seg.update(await this.readDesc(seg.name, seg.rank, { timeoutMs: Math.min(this.requestTimeoutMs, 10_000) }));
+        stale = !seg.update(await this.readDesc(seg.name, seg.rank, { timeoutMs: Math.min(this.requestTimeoutMs, 10_000) }));
       } catch (e) {
         err = e;
       }
       seg.refreshing = undefined;
       if (this.isClosed) return;
+      if (stale) {
+        // Read before the owner retired a key we were told about: it may list that buffer.
+        // Read again (the owner publishes before it tells us).
+        listIn(this.waitingDesc, seg).push(...waiting);
+        listIn(this.accessRetry, seg).push(...refused);
+        this.refresh(seg);
+        return;
+      }
       const now = performance.now();
       for (const [b, i, gen] of waiting) {
         if (!b.live(i, gen) || b.status(i) !== Task.PENDING) continue;
@@ -622,14 +601,8 @@ export class TransferEngine implements CompletionSink {
           this.settle(b, i, Task.FAILED, `rank ${seg.rank} refused the access: the target buffer is no longer registered there${fresh ? ' (its descriptor still lists it; the owner may have changed it without publishing)' : ''}${err ? `, and its descriptor could not be re-read: ${(err as Error).message}` : ''}`);
         }
       }
-      if (peer !== undefined && peer.revoking !== 0 && !peer.revokeReady && peer.revokeSeq === revokeSeq) {
-        this.reresolve(peer, seg, err);
-        peer.revokeReady = true;
-        this.checkRevocations();
-      }
-      // Requests that arrived during the read want a read of their own, and so does a revoke
-      // that came in after this read started.
-      if (this.waitingDesc.has(seg) || this.accessRetry.has(seg) || (peer !== undefined && peer.revoking !== 0 && !peer.revokeReady)) this.refresh(seg);
+      // Requests that arrived during the read want a read of their own.
+      if (this.waitingDesc.has(seg) || this.accessRetry.has(seg)) this.refresh(seg);
       // Waiters whose batches just settled here must be looked at again.
       this.group.router.kick();
       this.kickProgress();
@@ -752,12 +725,11 @@ export class TransferEngine implements CompletionSink {
       this.selfQueue.push([b, i, b.gen]);
       return;
     }
+    if (this.peers[seg.rank]?.closedEngine) return this.settle(b, i, Task.FAILED, `rank ${seg.rank} closed its transfer engine`);
     const rbuf = seg.find(addr, Math.max(1, len));
     if (rbuf !== undefined) return this.start(b, i, seg, rbuf);
     // Not in the cached copy: the owner may have registered it since. Re-read it.
-    let list = this.waitingDesc.get(seg);
-    if (!list) this.waitingDesc.set(seg, (list = []));
-    list.push([b, i, b.gen]);
+    listIn(this.waitingDesc, seg).push([b, i, b.gen]);
     this.refresh(seg);
   }
 
@@ -913,7 +885,6 @@ export class TransferEngine implements CompletionSink {
   /** True when some queued slice has a path with room. */
   private postable(): boolean {
     for (const peer of this.active) {
-      if (peer.revoking !== 0) continue;
       for (let k = 0; k < peer.qps.length; k++) if (peer.dead[k] === 0 && peer.inflight[k] < this.pathDepth) return true;
     }
     return false;
@@ -928,8 +899,6 @@ export class TransferEngine implements CompletionSink {
     let posted = 0;
     for (let a = 0; a < act.length; a++) {
       const peer = act[a];
-      // Retiring keys toward it (key-revocation.ts): queued slices wait for the fresh descriptor.
-      if (peer.revoking !== 0) continue;
       const q = peer.queue;
       const nPaths = peer.qps.length;
       while (q.size > 0) {
@@ -940,6 +909,14 @@ export class TransferEngine implements CompletionSink {
           // Its request settled (TIMEOUT, FAILED), or its batch was freed since: dropped.
           q.shift();
           sl.release(s);
+          continue;
+        }
+        const rb = b.remote(i) as RemoteBuffer;
+        if (rb.retired) {
+          // Its owner unregistered the buffer meanwhile (key-revocation.ts): the key is dead.
+          q.shift();
+          sl.release(s);
+          this.settle(b, i, Task.FAILED, `rank ${peer.rank} unregistered the target buffer [${rb.addr}, ${rb.addr + rb.length}) while this request was in flight`);
           continue;
         }
         let k = -1;
@@ -989,7 +966,7 @@ export class TransferEngine implements CompletionSink {
     const mr = (b.local(i) as LocalBuffer).mr;
     sl.f[o + S_PATH] = k;
     sl.f[o + S_TRIES]++;
-    sl.f[o + S_FLYING] = 1;
+    sl.flying(s, b.remote(i) as RemoteBuffer);
     peer.inflight[k]++;
     b.f[i * RS + R_FLYING]++;
     b.flyingTotal++;
@@ -1001,7 +978,7 @@ export class TransferEngine implements CompletionSink {
     } catch (err) {
       // A post that throws completes nothing: undo. A QP that is gone is a dead path (the slice
       // goes to another); a live QP refusing the arguments is this request's fault alone.
-      sl.f[o + S_FLYING] = 0;
+      sl.landed(s);
       peer.inflight[k]--;
       b.f[i * RS + R_FLYING]--;
       b.flyingTotal--;
@@ -1076,7 +1053,7 @@ export class TransferEngine implements CompletionSink {
     // A completion of a slice given up on this path already (the path died and it moved on).
     if (b === undefined || sl.f[o + S_FLYING] === 0 || sl.f[o + S_PATH] !== k || sl.f[o + S_RANK] !== rank) return;
     const i = sl.f[o + S_IDX];
-    sl.f[o + S_FLYING] = 0;
+    sl.landed(s);
     peer.inflight[k]--;
     if (b.gen !== sl.f[o + S_GEN]) {
       // Of a batch freed and reused since (it was not pooled while this flew: see freeBatchID).
@@ -1106,9 +1083,7 @@ export class TransferEngine implements CompletionSink {
       if (seg.buffers.includes(used)) {
         // The cached key may be stale (the owner registered the bytes again): re-read the
         // descriptor, then go on with the new key or fail (refresh).
-        let list = this.accessRetry.get(seg);
-        if (!list) this.accessRetry.set(seg, (list = []));
-        list.push([b, i, b.gen, s, used]);
+        listIn(this.accessRetry, seg).push([b, i, b.gen, s, used]);
         this.refresh(seg);
         return;
       }
@@ -1145,7 +1120,7 @@ export class TransferEngine implements CompletionSink {
         if (f[o + S_FLYING] === 0 || f[o + S_RANK] !== peer.rank || f[o + S_PATH] !== k) continue;
         const b = sl.batch[s] as Batch;
         const i = f[o + S_IDX];
-        f[o + S_FLYING] = 0;
+        sl.landed(s);
         peer.inflight[k]--;
         if (b.gen !== f[o + S_GEN]) {
           sl.release(s);
@@ -1304,7 +1279,7 @@ export class TransferEngine implements CompletionSink {
     if (this.isClosed) return;
     // Fabric peers stop using this segment's keys first (key-revocation.ts); one that does not
     // answer in time does not hold the close up longer.
-    await this.retireKeys(CLOSING, new Deadline(options.timeoutMs ?? Math.min(this.requestTimeoutMs, 10_000), options.signal), 'close').catch(() => {});
+    await this.retireKeys(CLOSING, 0, new Deadline(options.timeoutMs ?? Math.min(this.requestTimeoutMs, 10_000), options.signal), 'close').catch(() => {});
     if (this.isClosed) return;
     this.closeNow();
     await this.publishing;
@@ -1326,11 +1301,11 @@ export class TransferEngine implements CompletionSink {
   }
 }
 
-/** Slices of `peer` in the fabric, over its paths. */
-function flying(peer: Peer): number {
-  let n = 0;
-  for (let k = 0; k < peer.inflight.length; k++) n += peer.inflight[k];
-  return n;
+/** The list under `key`, made empty when there is none. */
+function listIn<K, V>(map: Map<K, V[]>, key: K): V[] {
+  let list = map.get(key);
+  if (!list) map.set(key, (list = []));
+  return list;
 }
 
 /** True when rank `peer` is reached through the fabric (its stale keys must never be used). */

@@ -8,28 +8,31 @@
  * would break the job between the two ranks. So before an owner closes a region that peers
  * may hold in their cached descriptor, every such peer confirms that it will not use the key:
  *
- * 1. the owner publishes its descriptor without the buffer (version V), then writes V into
- *    each fabric peer's `revoke[owner]` word (a 4-byte RDMA WRITE_IMM into the peer's control
- *    region, exchanged when the engines opened);
- * 2. the peer's progress sees the word change: it stops posting toward the owner, re-reads the
- *    descriptor, moves its queued requests to the fresh copy (or fails those whose target is
- *    gone), waits until none of its slices toward the owner is in the fabric, and writes V
- *    into the owner's `ack[peer]` word;
- * 3. the owner closes the region once every live fabric peer acknowledged V (or lost its
- *    paths). A peer that does not answer within the timeout leaves the region registered.
+ * 1. the owner publishes its descriptor without the buffer (version V), then sends each fabric
+ *    peer a record { seq, V, addr } (a 16-byte RDMA WRITE_IMM into the peer's control region,
+ *    exchanged when the engines opened; seq counts the owner's records to that peer);
+ * 2. the peer, in its next progress call, drops the buffer at `addr` from its cached copy of
+ *    the owner's descriptor (and refuses older copies than V from then on), fails its queued
+ *    requests to it, waits until none of its slices to that buffer is in the fabric, and
+ *    acknowledges seq (a 4-byte WRITE_IMM);
+ * 3. the owner closes the region once every live fabric peer acknowledged.
  *
- * The ack travels on the same connection as the peer's last slices, after their completions,
- * so the owner's provider has served them when the ack lands. A peer engine that is closing
- * is announced the same way with CLOSING: its peers fail what they have toward it and stop.
+ * All of a peer's part is synchronous: it needs no store read, so a peer blocked in a sync wait
+ * (waitBatchSync, a sync collective) still answers as its wait polls. Requests of the peer to
+ * other buffers of the owner go on meanwhile.
  *
- * The control region holds, per rank r: revoke[r] and ack[r] (written by r), and two staging
- * words this rank sends from. It stays registered until the device closes, not the engine:
- * a peer may write into it at any time, and a closed key would break its connection.
+ * The ack travels on the same connection as the peer's last slices to the buffer, after their
+ * completions, so the owner's provider has served them when the ack lands. An engine that is
+ * closing sends CLOSING as the version: its peers fail what they have toward it and stop. A peer
+ * that fell more than RING records behind retires every buffer of the owner it knew.
+ *
+ * The control region stays registered until the device closes, not the engine: a peer may
+ * write into it at any time, and a closed key would break its connection.
  */
 import { WeftError } from '../errors.js';
 import type { Device, MemoryRegion, QueuePair, RemoteRegion } from '../nic/types.js';
 
-/** The revoke value of an engine that is closing: everything of its segment is gone. */
+/** The version of a record from an engine that is closing: everything of its segment is gone. */
 export const CLOSING = 0x7fffffff;
 /** Work-request id of control writes (slice ids are far below it); they are unsignaled. */
 export const CONTROL_WR_ID = 0xffffffff;
@@ -40,26 +43,43 @@ export const CONTROL_WR_ID = 0xffffffff;
  */
 export const CONTROL_CREDITS = 8;
 
-const REVOKE = 0;
-const ACK = 1;
+/** Records kept per (owner, peer): a peer that falls further behind retires everything. */
+const RING = 8;
+/** Words per record: seq, version, addr (low 32 bits), addr (high bits). */
+const REC = 4;
+/** Words per rank in each half of the region: the ring, the ack word, padding to 16 bytes. */
+const AREA = RING * REC + 4;
+const ACK = RING * REC;
+
+/** What `next` found: record seq has not arrived; it was overwritten by a later one (the peer fell RING records behind); it is there. */
+export const MISSING = 0;
+export const LOST = 1;
+export const FOUND = 2;
 
 export class KeyRevocation {
   readonly mr: MemoryRegion;
+  /** [0, size*AREA): what rank r wrote here, at r*AREA; then this rank's staging, per peer. */
   private readonly words: Int32Array;
   /** Descriptor bytes of each peer's control region (empty: the peer has none). */
   private readonly theirs: Uint8Array[];
   /** regions[p][k]: peer p's control region imported on path k. */
   private readonly regions: (RemoteRegion | undefined)[][];
+  /** Records sent to each peer. */
+  private readonly sent: Int32Array;
+  /** The record `next` found: its version and addr. */
+  version = 0;
+  addr = 0;
 
   constructor(
     device: Device,
     private readonly rank: number,
     private readonly size: number,
   ) {
-    this.mr = device.allocate(16 * size);
-    this.words = new Int32Array(this.mr.bytes.buffer, this.mr.bytes.byteOffset, 4 * size);
+    this.mr = device.allocate(2 * AREA * 4 * size);
+    this.words = new Int32Array(this.mr.bytes.buffer, this.mr.bytes.byteOffset, 2 * AREA * size);
     this.theirs = new Array<Uint8Array>(size).fill(new Uint8Array(0));
     this.regions = Array.from({ length: size }, () => []);
+    this.sent = new Int32Array(size);
   }
 
   /** Peer p's control-region descriptor, from its open blob. */
@@ -71,34 +91,66 @@ export class KeyRevocation {
     return this.theirs[p].byteLength > 0;
   }
 
-  /** The last revoke value rank p wrote here (0: none yet). A plain load: polled. */
-  revokeFrom(p: number): number {
-    return this.words[2 * p + REVOKE];
+  /**
+   * Record `seq` of rank p: FOUND (then `version` and `addr` hold it), MISSING, or LOST. Plain
+   * loads (polled); the record's bytes land before the completion that makes us look.
+   */
+  next(p: number, seq: number): number {
+    const o = p * AREA + (seq % RING) * REC;
+    const at = this.words[o];
+    if (at === seq) {
+      this.version = this.words[o + 1];
+      this.addr = (this.words[o + 2] >>> 0) + this.words[o + 3] * 2 ** 32;
+      return FOUND;
+    }
+    return at > seq ? LOST : MISSING;
   }
 
-  /** The last revoke value rank p acknowledged here. */
+  /** The newest record of rank p in the ring: its seq (its version in `version`). */
+  newest(p: number): number {
+    let best = 0;
+    for (let i = 0; i < RING; i++) {
+      const o = p * AREA + i * REC;
+      if (this.words[o] > best) {
+        best = this.words[o];
+        this.version = this.words[o + 1];
+      }
+    }
+    return best;
+  }
+
+  /** The last of our records rank p acknowledged. */
   ackFrom(p: number): number {
-    return this.words[2 * p + ACK];
+    return this.words[p * AREA + ACK];
   }
 
-  /** Tells rank p (on path qp, index k) that keys up to descriptor version `value` are retired. */
-  sendRevoke(p: number, k: number, qp: QueuePair, value: number): void {
-    this.send(p, k, qp, REVOKE, value);
+  /** Sends rank p (on path qp, index k) a record retiring the buffer at `addr` as of descriptor `version`; returns its seq. */
+  sendRevoke(p: number, k: number, qp: QueuePair, version: number, addr: number): number {
+    const seq = this.sent[p] + 1;
+    const slot = (seq % RING) * REC;
+    // Each record has its own staging words: the WRITE reads them when it runs.
+    const stage = this.size * AREA + p * AREA + slot;
+    const w = this.words;
+    w[stage] = seq;
+    w[stage + 1] = version;
+    w[stage + 2] = addr % 2 ** 32 | 0;
+    w[stage + 3] = Math.floor(addr / 2 ** 32);
+    this.post(p, k, qp, stage, this.rank * AREA + slot, 16);
+    this.sent[p] = seq;
+    return seq;
   }
 
-  /** Tells rank p that its revoke `value` is honoured: nothing of ours toward it uses an older key. */
-  sendAck(p: number, k: number, qp: QueuePair, value: number): void {
-    this.send(p, k, qp, ACK, value);
+  /** Tells rank p that its records up to `seq` are honoured. */
+  sendAck(p: number, k: number, qp: QueuePair, seq: number): void {
+    const stage = this.size * AREA + p * AREA + ACK;
+    this.words[stage] = seq;
+    this.post(p, k, qp, stage, this.rank * AREA + ACK, 4);
   }
 
-  private send(p: number, k: number, qp: QueuePair, which: number, value: number): void {
-    const region = (this.regions[p][k] ??= qp.importRegion(this.theirs[p]));
-    // Each (peer, kind) has its own staging word: a later value may overwrite one not yet sent,
-    // which only sends the newer value (values only grow).
-    const stage = 2 * this.size + 2 * p + which;
-    this.words[stage] = value;
+  private post(p: number, k: number, qp: QueuePair, stage: number, word: number, bytes: number): void {
     try {
-      qp.postWriteImm(this.mr, stage * 4, region, (2 * this.rank + which) * 4, 4, which, CONTROL_WR_ID, false);
+      const region = (this.regions[p][k] ??= qp.importRegion(this.theirs[p]));
+      qp.postWriteImm(this.mr, stage * 4, region, word * 4, bytes, 0, CONTROL_WR_ID, false);
     } catch (err) {
       throw new WeftError((err as WeftError).code ?? 'ETRANSPORT', `rank ${this.rank}: transfer engine: telling rank ${p} about retired keys failed: ${(err as Error).message}`, { cause: err });
     }

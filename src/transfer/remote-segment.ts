@@ -9,6 +9,10 @@ import { rkeyBytes, type SegmentDesc } from './segment-desc.js';
 export class RemoteBuffer {
   /** regions[path]: the buffer's region as imported on that path's QP. */
   readonly regions: (RemoteRegion | undefined)[] = [];
+  /** Its owner retired the key (key-revocation.ts): queued slices to it fail instead of posting. */
+  retired = false;
+  /** Slices to it in the fabric (a retirement is acknowledged once none is). */
+  flying = 0;
   private readonly key: Uint8Array;
   constructor(
     readonly addr: number,
@@ -37,6 +41,8 @@ export class RemoteSegment {
   refreshing: Promise<void> | undefined;
   /** performance.now() of the last refresh. */
   refreshedAt = 0;
+  /** Descriptors of the same engine older than this are refused: they list retired keys. */
+  minVersion = 0;
 
   constructor(
     readonly id: number,
@@ -48,14 +54,35 @@ export class RemoteSegment {
   }
 
   /** Takes a newer descriptor, keeping the imported regions of buffers that did not change. */
-  update(desc: SegmentDesc): void {
+  /** Takes a newer descriptor (false: `desc` is older than what this copy must be, and was ignored). */
+  update(desc: SegmentDesc): boolean {
     // An older copy of the same engine's descriptor loses; another engine's (re-opened under
     // the same name) wins whatever its version.
-    if (this.desc && desc.instance === this.desc.instance && desc.version < this.desc.version) return;
+    if (this.desc && desc.instance === this.desc.instance && desc.version < Math.max(this.desc.version, this.minVersion)) return desc.version >= this.minVersion;
     const old = this.buffers;
     this.desc = desc;
     this.buffers = desc.buffers.map((b) => old.find((o) => o.same(b.addr, b.length, b.offset, b.rkey[0])) ?? new RemoteBuffer(b.addr, b.length, b.offset, b.rkey[0]));
     this.refreshedAt = performance.now();
+    return true;
+  }
+
+  /** Drops the buffer at `addr` from this copy (its owner retired its key as of descriptor `version`). */
+  retire(addr: number, version: number): RemoteBuffer[] {
+    this.minVersion = Math.max(this.minVersion, version);
+    const gone = this.buffers.filter((b) => b.addr === addr);
+    return this.drop(gone);
+  }
+
+  /** Drops every buffer of this copy (the owner closed its engine, or records were lost). */
+  retireAll(version: number): RemoteBuffer[] {
+    this.minVersion = Math.max(this.minVersion, version);
+    return this.drop(this.buffers.slice());
+  }
+
+  private drop(gone: RemoteBuffer[]): RemoteBuffer[] {
+    for (const b of gone) b.retired = true;
+    if (gone.length > 0) this.buffers = this.buffers.filter((b) => !b.retired);
+    return gone;
   }
 
   /** The buffer holding `[addr, addr + length)`, or undefined. */

@@ -6,6 +6,7 @@
  * completing and retrying a slice allocate nothing once warm.
  */
 import type { Batch } from './batch.js';
+import type { RemoteBuffer } from './remote-segment.js';
 
 export const SS = 8;
 /** Request index in its batch. */
@@ -26,6 +27,8 @@ export const S_GEN = 7;
 
 export class SliceTable {
   batch: (Batch | undefined)[] = [];
+  /** The buffer a flying slice targets (its `flying` count includes the slice). */
+  target: (RemoteBuffer | undefined)[] = [];
   f = new Float64Array(0);
   private free = new Int32Array(0);
   private nFree = 0;
@@ -57,9 +60,24 @@ export class SliceTable {
 
   release(s: number): void {
     this.batch[s] = undefined;
-    this.f[s * SS + S_FLYING] = 0;
+    this.landed(s);
     this.free[this.nFree++] = s;
     this.live--;
+  }
+
+  /** Slice s is posted toward `to`. */
+  flying(s: number, to: RemoteBuffer): void {
+    this.f[s * SS + S_FLYING] = 1;
+    this.target[s] = to;
+    to.flying++;
+  }
+
+  /** Slice s is no longer in the fabric (completed, failed, or given up on with its path). */
+  landed(s: number): void {
+    if (this.f[s * SS + S_FLYING] === 0) return;
+    this.f[s * SS + S_FLYING] = 0;
+    (this.target[s] as RemoteBuffer).flying--;
+    this.target[s] = undefined;
   }
 
   private grow(): void {
@@ -73,7 +91,10 @@ export class SliceTable {
     // New slots are handed out lowest first.
     for (let s = cap - 1; s >= old; s--) free[this.nFree++] = s;
     this.free = free;
-    while (this.batch.length < cap) this.batch.push(undefined);
+    while (this.batch.length < cap) {
+      this.batch.push(undefined);
+      this.target.push(undefined);
+    }
   }
 }
 

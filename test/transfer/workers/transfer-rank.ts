@@ -488,6 +488,28 @@ async function retire(): Promise<unknown> {
     if (!/^ETIMEDOUT .*rank\(s\) 0 did not confirm within 1000 ms/.test(message) || ms > 2500) fail(`unregister while rank 0 is blocked: ${message || 'succeeded'} after ${ms} ms`);
     result = { ms };
   }
+  // Rank 0 blocks in waitBatchSync on a long READ batch from rank 1 (slices queued toward
+  // rank 1) while rank 1 unregisters another buffer: rank 0 answers from inside its sync wait,
+  // and its batch goes on.
+  const big = ctx.alloc(Uint8Array, 64 * MiB);
+  await ctx.store.set(`retire/big/${rank}`, new TextEncoder().encode(String(await engine.registerLocalMemory(big))));
+  const other = ctx.alloc(Uint8Array, 4096);
+  await engine.registerLocalMemory(other);
+  await ctx.barrier();
+  if (rank === 0) {
+    const bigAddr = Number(new TextDecoder().decode(await ctx.store.get('retire/big/1')));
+    await ctx.store.set('retire/sync', new Uint8Array(1));
+    const id = engine.allocateBatchID(64);
+    engine.submitTransfer(id, Array.from({ length: 64 }, (_, k) => ({ opcode: 'READ' as const, source: big.subarray(k * MiB, (k + 1) * MiB), targetId: seg, targetOffset: bigAddr + k * MiB })));
+    const notDone = engine.waitBatchSync(id, { timeoutMs: 20_000 });
+    if (notDone !== 0) fail(`the READ batch around the unregister: ${JSON.stringify(engine.getTransferStatus(id).find((x) => x.status !== 'COMPLETED'))}`);
+    engine.freeBatchID(id);
+  } else {
+    await ctx.store.get('retire/sync');
+    const t0 = performance.now();
+    await engine.unregisterLocalMemory(other, { timeoutMs: 10_000 });
+    (result as { syncMs?: number }).syncMs = Math.round(performance.now() - t0);
+  }
   const sum = new Int32Array([1]);
   await ctx.allreduce(sum, { timeoutMs: 30_000 });
   if (sum[0] !== size) fail(`the allreduce after: ${sum[0]}`);
