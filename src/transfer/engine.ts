@@ -98,10 +98,13 @@ class Peer {
   listed = false;
   /** The last key-retirement record of this rank we took (key-revocation.ts). */
   seenSeq = 0;
-  /** A record to acknowledge once `retiring` drained (0: none). */
+  /** A record to acknowledge once no slice to a dropped buffer of the rank flies (0: none). */
   ackDue = 0;
-  /** Its buffers we dropped whose slices are still in the fabric. */
-  retiring: RemoteBuffer[] = [];
+  /** The last record we acknowledged, and the path the ack went on (sent again if it fails). */
+  ackedSeq = 0;
+  ackPath = -1;
+  /** Descriptors of the rank older than this list retired keys (applied when its segment opens). */
+  minVersion = 0;
   /** The rank closed its engine (it sent CLOSING): requests toward it are FAILED. */
   closedEngine = false;
   constructor(
@@ -339,46 +342,60 @@ export class TransferEngine implements CompletionSink {
 
   /**
    * Tells every fabric peer that the buffer at `addr` is retired as of descriptor `version`
-   * (CLOSING: the whole segment), and waits until each acknowledged or lost its paths.
-   * ETIMEDOUT names the ranks that did not confirm.
+   * (CLOSING: the whole segment), and waits until each acknowledged. Only a peer whose process
+   * is dead needs no ack: a path that timed out says nothing of the peer's own paths to us.
+   * ETIMEDOUT names the ranks that did not confirm; the caller then keeps the key valid.
    */
   private async retireKeys(version: number, addr: number, deadline: Deadline, what: string): Promise<void> {
     const rev = this.revocation;
     if (!rev) return;
+    const peers = this.peers.filter((p): p is Peer => p !== undefined && p.fabric && !p.closedEngine && !processGone(p));
     const told: [Peer, number][] = [];
-    for (const peer of this.peers) {
-      if (!peer?.fabric || peer.closedEngine) continue;
-      for (let k = 0; k < peer.qps.length; k++) {
-        if (peer.dead[k] === 1 || peer.qps[k].state !== 'ready') continue;
+    const unreachable: Peer[] = [];
+    const confirmed = ([p, seq]: [Peer, number]) => rev.ackFrom(p.rank) >= seq || processGone(p);
+    const wait = (ready: () => boolean, doing: string) =>
+      this.group.router.waitAsync(
+        () => {
+          if (this.isClosed) throw new WeftError('ECLOSED', `${this.label}: ${what}: the engine was closed meanwhile; the key stays registered until the device closes`);
+          this.pump();
+          return ready();
+        },
+        { deadline, what: `${this.label}: ${what}: ${doing}` },
+      );
+    try {
+      // At most RING records unacknowledged per peer (key-revocation.ts).
+      await wait(() => peers.every((p) => rev.hasRoom(p.rank) || processGone(p)), 'waiting for peers to take earlier retired keys');
+      for (const peer of peers) {
+        if (processGone(peer)) continue;
+        const k = livePath(peer);
+        if (k < 0) {
+          unreachable.push(peer);
+          continue;
+        }
         try {
           told.push([peer, rev.sendRevoke(peer.rank, k, peer.qps[k], version, addr)]);
-          break;
         } catch {
-          this.pathDied(peer, k);
+          unreachable.push(peer);
         }
       }
-    }
-    if (told.length === 0) return;
-    const confirmed = ([p, seq]: [Peer, number]) => rev.ackFrom(p.rank) >= seq || !p.alive();
-    await this.group.router.waitAsync(
-      () => {
-        this.pump();
-        return told.every(confirmed);
-      },
-      { deadline, what: `${this.label}: ${what}: waiting for rank(s) ${told.map(([p]) => p.rank).join(', ')} to stop using the retired key` },
-    ).catch((err: unknown) => {
-      const silent = told.filter((t) => !confirmed(t)).map(([p]) => p.rank);
+      await wait(() => told.every(confirmed), `waiting for rank(s) ${told.map(([p]) => p.rank).join(', ')} to stop using the retired key`);
+    } catch (err) {
+      const silent = [...peers.filter((p) => !rev.hasRoom(p.rank) && !processGone(p) && !told.some(([t]) => t === p)), ...told.filter((t) => !confirmed(t)).map(([p]) => p)].map((p) => p.rank);
       if ((err as WeftError).code !== 'ETIMEDOUT' || silent.length === 0) throw err;
-      throw new WeftError('ETIMEDOUT', `${this.label}: ${what}: rank(s) ${silent.join(', ')} did not confirm within ${Math.round(deadline.timeoutMs)} ms that they stopped using the buffer's key (their process is stopped, or never polls); it stays registered with the NIC until this engine closes, since a stale key would break the fabric connection between the two processes`, { cause: err });
-    });
+      throw new WeftError('ETIMEDOUT', `${this.label}: ${what}: rank(s) ${silent.join(', ')} did not confirm within ${Math.round(deadline.timeoutMs)} ms that they stopped using the key (their process is stopped, or never polls); it stays registered until the device closes, since a stale key would break the fabric connection between the two processes`, { cause: err });
+    }
+    if (unreachable.length > 0) {
+      throw new WeftError('ETRANSPORT', `${this.label}: ${what}: no live path toward rank(s) ${unreachable.map((p) => p.rank).join(', ')} to tell them, and their process is not known dead; the key stays registered until the device closes`);
+    }
   }
 
   /**
-   * Takes fabric peers' key-retirement records (key-revocation.ts): each drops a buffer from
-   * the cached descriptor (queued requests to it fail as they come up); a record is
-   * acknowledged once no slice to a dropped buffer is in the fabric. Synchronous (no store
-   * read), so sync waits answer too. Called by every progress call, by the passive progress
-   * waiter, and when a record's completion arrives.
+   * Both sides of key retirement (key-revocation.ts). As a peer: takes owners' records, each
+   * dropping a buffer from the cached descriptor (queued requests to it fail as they come
+   * up), and acknowledges once no slice to a dropped buffer is in the fabric. As an owner and
+   * as a peer: sends records or an ack again when the path they went on failed. Synchronous (no
+   * store read), so sync waits answer too. Called by every progress call, by the passive
+   * progress waiter, when a record arrives, and when the last slice to a dropped buffer lands.
    */
   checkRevocations(): void {
     const rev = this.revocation;
@@ -397,27 +414,38 @@ export class TransferEngine implements CompletionSink {
         } else break;
         peer.ackDue = peer.seenSeq;
       }
-      if (peer.ackDue !== 0) {
-        peer.retiring = peer.retiring.filter((b) => b.flying > 0);
-        if (peer.retiring.length === 0) this.acknowledge(peer);
+      if (peer.ackDue !== 0 && (this.segmentOf(peer.rank)?.drained() ?? true)) this.acknowledge(peer, peer.ackDue);
+      // (Not to a closed engine: its control region may be gone.)
+      else if (peer.ackPath >= 0 && !pathLive(peer, peer.ackPath) && !peer.closedEngine) this.acknowledge(peer, peer.ackedSeq);
+      const k = rev.pathOf[peer.rank];
+      if (k >= 0 && rev.unacked(peer.rank) > 0 && !pathLive(peer, k) && !peer.closedEngine) {
+        const to = livePath(peer);
+        if (to >= 0) {
+          try {
+            rev.resend(peer.rank, to, peer.qps[to]);
+          } catch {
+            // The next call tries again (the QP will show as failed).
+          }
+        }
       }
     }
   }
 
   private retireFrom(peer: Peer, version: number, addr: number, all: boolean): void {
+    peer.minVersion = Math.max(peer.minVersion, version);
+    const seg = this.segmentOf(peer.rank);
     if (version === CLOSING) {
       peer.closedEngine = true;
-      this.failQueued(peer, `rank ${peer.rank} closed its transfer engine`);
+      this.failQueued(peer, seg, `rank ${peer.rank} closed its transfer engine`);
       all = true;
     }
-    const seg = this.segmentOf(peer.rank);
     if (seg === undefined) return;
-    const gone = all ? seg.retireAll(version) : seg.retire(addr, version);
-    for (const b of gone) if (b.flying > 0) peer.retiring.push(b);
+    if (all) seg.retireAll(version);
+    else seg.retire(addr, version);
   }
 
-  /** Fails every queued request toward `peer` (its engine is closing). */
-  private failQueued(peer: Peer, why: string): void {
+  /** Fails every queued request toward `peer`, and those waiting for its descriptor (its engine is closing). */
+  private failQueued(peer: Peer, seg: RemoteSegment | undefined, why: string): void {
     const q = peer.queue;
     const sl = this.slices;
     while (q.size > 0) {
@@ -427,20 +455,27 @@ export class TransferEngine implements CompletionSink {
       sl.release(s);
       if (b.live(i, sl.f[s * SS + S_GEN])) this.settle(b, i, Task.FAILED, why);
     }
+    if (seg === undefined) return;
+    for (const [b, i, gen] of this.waitingDesc.get(seg) ?? []) if (b.live(i, gen)) this.settle(b, i, Task.FAILED, why);
+    this.waitingDesc.delete(seg);
+    for (const [b, i, gen, s] of this.accessRetry.get(seg) ?? []) {
+      sl.release(s);
+      if (b.live(i, gen)) this.settle(b, i, Task.FAILED, why);
+    }
+    this.accessRetry.delete(seg);
   }
 
-  private acknowledge(peer: Peer): void {
+  private acknowledge(peer: Peer, seq: number): void {
     const rev = this.revocation as KeyRevocation;
-    const seq = peer.ackDue;
-    peer.ackDue = 0;
-    for (let k = 0; k < peer.qps.length; k++) {
-      if (peer.dead[k] === 1 || peer.qps[k].state !== 'ready') continue;
-      try {
-        rev.sendAck(peer.rank, k, peer.qps[k], seq);
-        return;
-      } catch {
-        this.pathDied(peer, k);
-      }
+    const k = livePath(peer);
+    if (k < 0) return;
+    try {
+      rev.sendAck(peer.rank, k, peer.qps[k], seq);
+      peer.ackDue = 0;
+      peer.ackedSeq = seq;
+      peer.ackPath = k;
+    } catch {
+      // The next call tries again.
     }
   }
 
@@ -498,11 +533,19 @@ export class TransferEngine implements CompletionSink {
       this.segments.set(id, new RemoteSegment(id, name, rank, this.descriptor));
       return id;
     }
-    const desc = await this.readDesc(name, rank, options);
+    const peer = this.peers[rank];
+    if (peer?.closedEngine) throw new WeftError('ECLOSED', `${where}: rank ${rank} closed its transfer engine`);
+    let desc = await this.readDesc(name, rank, options);
+    // Retirement records that came before the segment was open: a copy older than they say
+    // may list a retired key (the owner publishes before it sends them, so a read now is new enough).
+    while (peer !== undefined && desc.version < peer.minVersion && !peer.closedEngine) desc = await this.readDesc(name, rank, options);
+    if (peer?.closedEngine) throw new WeftError('ECLOSED', `${where}: rank ${rank} closed its transfer engine`);
     const again = this.segmentIds.get(name);
     if (again !== undefined) return again;
     this.segmentIds.set(name, id);
-    this.segments.set(id, new RemoteSegment(id, name, rank, desc));
+    const seg = new RemoteSegment(id, name, rank, desc);
+    seg.minVersion = peer?.minVersion ?? 0;
+    this.segments.set(id, seg);
     return id;
   }
 
@@ -549,6 +592,8 @@ export class TransferEngine implements CompletionSink {
    */
   private refresh(seg: RemoteSegment): void {
     if (seg.refreshing) return;
+    const owner = this.peers[seg.rank];
+    if (owner?.closedEngine) return this.failQueued(owner, seg, `rank ${seg.rank} closed its transfer engine`);
     const waiting = this.waitingDesc.get(seg) ?? [];
     this.waitingDesc.delete(seg);
     const refused = this.accessRetry.get(seg) ?? [];
@@ -1053,8 +1098,11 @@ export class TransferEngine implements CompletionSink {
     // A completion of a slice given up on this path already (the path died and it moved on).
     if (b === undefined || sl.f[o + S_FLYING] === 0 || sl.f[o + S_PATH] !== k || sl.f[o + S_RANK] !== rank) return;
     const i = sl.f[o + S_IDX];
+    const target = sl.target[s] as RemoteBuffer;
     sl.landed(s);
     peer.inflight[k]--;
+    // The last slice to a buffer its owner retired: the retirement may be acknowledged now.
+    if (target.retired && target.flying === 0 && this.revocation) this.checkRevocations();
     if (b.gen !== sl.f[o + S_GEN]) {
       // Of a batch freed and reused since (it was not pooled while this flew: see freeBatchID).
       sl.release(s);
@@ -1279,15 +1327,22 @@ export class TransferEngine implements CompletionSink {
     if (this.isClosed) return;
     // Fabric peers stop using this segment's keys first (key-revocation.ts); one that does not
     // answer in time does not hold the close up longer.
-    await this.retireKeys(CLOSING, 0, new Deadline(options.timeoutMs ?? Math.min(this.requestTimeoutMs, 10_000), options.signal), 'close').catch(() => {});
+    let retired = true;
+    await this.retireKeys(CLOSING, 0, new Deadline(options.timeoutMs ?? Math.min(this.requestTimeoutMs, 10_000), options.signal), 'close').catch(() => {
+      retired = false;
+    });
     if (this.isClosed) return;
-    this.closeNow();
+    this.closeNow(retired);
     await this.publishing;
     await this.group.store.delete(segmentKey(this.name)).catch(() => false);
   }
 
-  /** close() without the store: for a context that closes its device now. */
-  closeNow(): void {
+  /**
+   * close() without the store: for a context that closes its device now. `keysRetired` false
+   * (a fabric peer did not confirm the close): every region stays registered until the device
+   * closes, since that peer may still use their keys.
+   */
+  closeNow(keysRetired = true): void {
     if (this.isClosed) return;
     for (const b of this.openBatches) for (let i = 0; i < b.count; i++) this.settle(b, i, Task.FAILED, 'the transfer engine was closed');
     this.isClosed = true;
@@ -1295,10 +1350,29 @@ export class TransferEngine implements CompletionSink {
     router.kick();
     for (const peer of this.peers) if (peer) for (const q of peer.qps) closePath(router, this, q);
     this.passive?.stop();
-    this.local.clear();
-    for (const b of this.unconfirmed) b.mr.deregister();
+    if (keysRetired) {
+      this.local.clear();
+      for (const b of this.unconfirmed) b.mr.deregister();
+      // No fabric peer writes into it any more: each confirmed the close.
+      this.revocation?.mr.deregister();
+    } else this.local.forget();
     this.unconfirmed.length = 0;
   }
+}
+
+/** A path of `peer` that can take a post, or -1. */
+function livePath(peer: Peer): number {
+  for (let k = 0; k < peer.qps.length; k++) if (pathLive(peer, k)) return k;
+  return -1;
+}
+
+function pathLive(peer: Peer, k: number): boolean {
+  return peer.dead[k] === 0 && peer.qps[k].state === 'ready';
+}
+
+/** The peer's process is known dead (not merely silent: a timeout is local to our paths). */
+function processGone(peer: Peer): boolean {
+  return peer.qps.every((q) => q.state !== 'ready') && peer.qps.some((q) => q.error?.code === 'EPEERDEAD');
 }
 
 /** The list under `key`, made empty when there is none. */

@@ -66,6 +66,8 @@ export class KeyRevocation {
   private readonly regions: (RemoteRegion | undefined)[][];
   /** Records sent to each peer. */
   private readonly sent: Int32Array;
+  /** The path each peer's records go on (all of a peer's records take one path, in order). */
+  readonly pathOf: Int32Array;
   /** The record `next` found: its version and addr. */
   version = 0;
   addr = 0;
@@ -80,6 +82,20 @@ export class KeyRevocation {
     this.theirs = new Array<Uint8Array>(size).fill(new Uint8Array(0));
     this.regions = Array.from({ length: size }, () => []);
     this.sent = new Int32Array(size);
+    this.pathOf = new Int32Array(size).fill(-1);
+  }
+
+  /** Records sent to rank p that it has not acknowledged. */
+  unacked(p: number): number {
+    return this.sent[p] - this.ackFrom(p);
+  }
+
+  /**
+   * True when rank p's ring has room for one more record: at most RING unacknowledged, so
+   * that no record's staging words (nor its slot at the peer) are overwritten before it landed.
+   */
+  hasRoom(p: number): boolean {
+    return this.unacked(p) < RING;
   }
 
   /** Peer p's control-region descriptor, from its open blob. */
@@ -124,7 +140,10 @@ export class KeyRevocation {
     return this.words[p * AREA + ACK];
   }
 
-  /** Sends rank p (on path qp, index k) a record retiring the buffer at `addr` as of descriptor `version`; returns its seq. */
+  /**
+   * Sends rank p (on path qp, index k) a record retiring the buffer at `addr` as of descriptor
+   * `version`; returns its seq. The caller checked hasRoom(p).
+   */
   sendRevoke(p: number, k: number, qp: QueuePair, version: number, addr: number): number {
     const seq = this.sent[p] + 1;
     const slot = (seq % RING) * REC;
@@ -135,9 +154,23 @@ export class KeyRevocation {
     w[stage + 1] = version;
     w[stage + 2] = addr % 2 ** 32 | 0;
     w[stage + 3] = Math.floor(addr / 2 ** 32);
+    this.pathOf[p] = k;
     this.post(p, k, qp, stage, this.rank * AREA + slot, 16);
     this.sent[p] = seq;
     return seq;
+  }
+
+  /**
+   * Sends rank p's unacknowledged records again, in order, on path k: the path they went on
+   * failed, and a record lost with it would leave the peer waiting for it (the peer ignores
+   * records it has).
+   */
+  resend(p: number, k: number, qp: QueuePair): void {
+    this.pathOf[p] = k;
+    for (let seq = this.ackFrom(p) + 1; seq <= this.sent[p]; seq++) {
+      const slot = (seq % RING) * REC;
+      this.post(p, k, qp, this.size * AREA + p * AREA + slot, this.rank * AREA + slot, 16);
+    }
   }
 
   /** Tells rank p that its records up to `seq` are honoured. */

@@ -128,6 +128,13 @@ export class LocalMemory {
     return undefined;
   }
 
+  /** Forgets everything and leaves the regions registered (their keys may still be in use; the device closes them). */
+  forget(): void {
+    this.all.length = 0;
+    this.byBuffer.clear();
+    this.lastBuffer = undefined;
+  }
+
   /** Deregisters everything (engine close). */
   clear(): void {
     for (const b of this.all) b.mr.deregister();

@@ -43,6 +43,11 @@ export class RemoteSegment {
   refreshedAt = 0;
   /** Descriptors of the same engine older than this are refused: they list retired keys. */
   minVersion = 0;
+  /**
+   * Buffers dropped from this copy (retired by their owner, or gone from a newer descriptor)
+   * while slices to them may still fly: a retirement is acknowledged once none does.
+   */
+  dropped: RemoteBuffer[] = [];
 
   constructor(
     readonly id: number,
@@ -62,6 +67,9 @@ export class RemoteSegment {
     const old = this.buffers;
     this.desc = desc;
     this.buffers = desc.buffers.map((b) => old.find((o) => o.same(b.addr, b.length, b.offset, b.rkey[0])) ?? new RemoteBuffer(b.addr, b.length, b.offset, b.rkey[0]));
+    // A buffer gone (or under a new key) in the newer copy is dead to this engine from now on:
+    // its queued slices fail rather than use a key its owner is closing.
+    this.drop(old.filter((o) => !this.buffers.includes(o)));
     this.refreshedAt = performance.now();
     return true;
   }
@@ -80,9 +88,18 @@ export class RemoteSegment {
   }
 
   private drop(gone: RemoteBuffer[]): RemoteBuffer[] {
-    for (const b of gone) b.retired = true;
+    for (const b of gone) {
+      b.retired = true;
+      if (b.flying > 0) this.dropped.push(b);
+    }
     if (gone.length > 0) this.buffers = this.buffers.filter((b) => !b.retired);
     return gone;
+  }
+
+  /** True when no slice to a dropped buffer is in the fabric any more. */
+  drained(): boolean {
+    if (this.dropped.length > 0) this.dropped = this.dropped.filter((b) => b.flying > 0);
+    return this.dropped.length === 0;
   }
 
   /** The buffer holding `[addr, addr + length)`, or undefined. */

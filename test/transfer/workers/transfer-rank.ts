@@ -308,9 +308,13 @@ async function misuse(): Promise<unknown> {
     await ctx.barrier();
   }
   // A broken path: close one of the QPs toward the peer; slices that hit it go on another.
+  // The peer closes its end of that path too (below, as the rank before it), as a path that
+  // fails does on both sides: a half-open path would still take the peer's key-retirement
+  // messages, and hold them once its receive credits ran out.
   await ctx.barrier();
   const internal = engine as unknown as { peers: { qps: { close(): void }[] }[] };
   internal.peers[peer].qps[0].close();
+  internal.peers[(rank + size - 1) % size].qps[0].close();
   const b3 = engine.allocateBatchID(4);
   const reqs = [0, 1, 2, 3].map((k) => ({ opcode: 'READ' as const, source: buf.subarray(HALF + k * 65536), targetId: seg, targetOffset: theirs + k * 1000, length: 60_000 }));
   engine.submitTransfer(b3, reqs);
