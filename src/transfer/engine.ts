@@ -86,6 +86,8 @@ const MAX_SLICE = 64 << 20;
 const PUMP_ROUNDS = 64;
 /** While slices fly, paths are checked for a QP closed under the engine this often (ms). */
 const PATH_CHECK_MS = 20;
+/** Pause before reading a descriptor again that was older than a retirement record said. */
+const STALE_RETRY_MS = 5;
 /** Batches of one capacity kept for reuse. */
 const POOL_PER_CAPACITY = 8;
 
@@ -330,9 +332,11 @@ export class TransferEngine implements CompletionSink {
     // Out of the table (this rank's own requests no longer find it), but its key stays valid
     // until every fabric peer confirmed it will not use it (key-revocation.ts).
     this.local.remove(buf);
+    // The version of the descriptor without it (a registration meanwhile publishes a later one).
+    const version = this.version + 1;
     try {
       await this.publish();
-      await this.retireKeys(this.version, buf.addr, deadline, `unregisterLocalMemory(addr ${buf.addr})`);
+      await this.retireKeys(version, buf.addr, deadline, `unregisterLocalMemory(addr ${buf.addr})`);
     } catch (err) {
       this.unconfirmed.push(buf);
       throw err;
@@ -352,7 +356,13 @@ export class TransferEngine implements CompletionSink {
     const peers = this.peers.filter((p): p is Peer => p !== undefined && p.fabric && !p.closedEngine && !processGone(p));
     const told: [Peer, number][] = [];
     const unreachable: Peer[] = [];
-    const confirmed = ([p, seq]: [Peer, number]) => rev.ackFrom(p.rank) >= seq || processGone(p);
+    // A peer that closed its engine meanwhile uses no key of ours any more, and its control
+    // region may be gone: nothing more is sent to it.
+    const done = (p: Peer) => p.closedEngine || processGone(p);
+    // For an unregister that is enough. Our own close waits for the ack itself: a peer that
+    // took our CLOSING acks it even while it closes (its record came first), and that ack must
+    // not land in a control region we already closed.
+    const confirmed = ([p, seq]: [Peer, number]) => rev.ackFrom(p.rank) >= seq || processGone(p) || (version !== CLOSING && p.closedEngine);
     const wait = (ready: () => boolean, doing: string) =>
       this.group.router.waitAsync(
         () => {
@@ -362,25 +372,36 @@ export class TransferEngine implements CompletionSink {
         },
         { deadline, what: `${this.label}: ${what}: ${doing}` },
       );
+    let pending = peers;
     try {
-      // At most RING records unacknowledged per peer (key-revocation.ts).
-      await wait(() => peers.every((p) => rev.hasRoom(p.rank) || processGone(p)), 'waiting for peers to take earlier retired keys');
-      for (const peer of peers) {
-        if (processGone(peer)) continue;
-        const k = livePath(peer);
-        if (k < 0) {
-          unreachable.push(peer);
-          continue;
+      // At most RING records unacknowledged per peer (key-revocation.ts): room is checked
+      // again at the send, since several waits may see one freed slot.
+      while (pending.length > 0) {
+        await wait(() => pending.some((p) => rev.hasRoom(p.rank) || done(p)), 'waiting for peers to take earlier retired keys');
+        const later: Peer[] = [];
+        for (const peer of pending) {
+          if (done(peer)) continue;
+          if (!rev.hasRoom(peer.rank)) {
+            later.push(peer);
+            continue;
+          }
+          const k = livePath(peer);
+          if (k < 0) {
+            unreachable.push(peer);
+            continue;
+          }
+          try {
+            told.push([peer, rev.sendRevoke(peer.rank, k, peer.qps[k], version, addr)]);
+          } catch {
+            unreachable.push(peer);
+          }
         }
-        try {
-          told.push([peer, rev.sendRevoke(peer.rank, k, peer.qps[k], version, addr)]);
-        } catch {
-          unreachable.push(peer);
-        }
+        pending = later;
       }
       await wait(() => told.every(confirmed), `waiting for rank(s) ${told.map(([p]) => p.rank).join(', ')} to stop using the retired key`);
     } catch (err) {
-      const silent = [...peers.filter((p) => !rev.hasRoom(p.rank) && !processGone(p) && !told.some(([t]) => t === p)), ...told.filter((t) => !confirmed(t)).map(([p]) => p)].map((p) => p.rank);
+      const silent = [...pending.filter((p) => !done(p)), ...told.filter((t) => !confirmed(t)).map(([p]) => p)].map((p) => p.rank);
+      // (close: a silent peer leaves every region registered until the device closes.)
       if ((err as WeftError).code !== 'ETIMEDOUT' || silent.length === 0) throw err;
       throw new WeftError('ETIMEDOUT', `${this.label}: ${what}: rank(s) ${silent.join(', ')} did not confirm within ${Math.round(deadline.timeoutMs)} ms that they stopped using the key (their process is stopped, or never polls); it stays registered until the device closes, since a stale key would break the fabric connection between the two processes`, { cause: err });
     }
@@ -538,13 +559,19 @@ export class TransferEngine implements CompletionSink {
     let desc = await this.readDesc(name, rank, options);
     // Retirement records that came before the segment was open: a copy older than they say
     // may list a retired key (the owner publishes before it sends them, so a read now is new enough).
-    while (peer !== undefined && desc.version < peer.minVersion && !peer.closedEngine) desc = await this.readDesc(name, rank, options);
+    const until = new Deadline(options.timeoutMs, options.signal);
+    while (peer !== undefined && desc.version < peer.minVersion && !peer.closedEngine) {
+      until.check(`${where}: waiting for rank ${rank}'s descriptor of version ${peer.minVersion} or later (its retired keys)`);
+      await new Promise((r) => setTimeout(r, STALE_RETRY_MS));
+      desc = await this.readDesc(name, rank, options);
+    }
     if (peer?.closedEngine) throw new WeftError('ECLOSED', `${where}: rank ${rank} closed its transfer engine`);
     const again = this.segmentIds.get(name);
     if (again !== undefined) return again;
     this.segmentIds.set(name, id);
     const seg = new RemoteSegment(id, name, rank, desc);
     seg.minVersion = peer?.minVersion ?? 0;
+    seg.tracksDropped = peer?.fabric === true;
     this.segments.set(id, seg);
     return id;
   }
@@ -611,9 +638,13 @@ export class TransferEngine implements CompletionSink {
       if (stale) {
         // Read before the owner retired a key we were told about: it may list that buffer.
         // Read again (the owner publishes before it tells us).
+        // Read again (the owner publishes before it tells us) after a pause, while requests
+        // wait for it: they time out on their own deadlines if the store never catches up.
         listIn(this.waitingDesc, seg).push(...waiting);
         listIn(this.accessRetry, seg).push(...refused);
-        this.refresh(seg);
+        setTimeout(() => {
+          if (!this.isClosed && (this.waitingDesc.has(seg) || this.accessRetry.has(seg))) this.refresh(seg);
+        }, STALE_RETRY_MS).unref();
         return;
       }
       const now = performance.now();
@@ -1331,6 +1362,12 @@ export class TransferEngine implements CompletionSink {
     await this.retireKeys(CLOSING, 0, new Deadline(options.timeoutMs ?? Math.min(this.requestTimeoutMs, 10_000), options.signal), 'close').catch(() => {
       retired = false;
     });
+    if (this.isClosed) return;
+    // Our own acks of peers' records (their CLOSING, when they close too) must leave before the
+    // paths close: closing a QP drops what it has not handed to the fabric yet.
+    await this.group.router
+      .waitAsync(() => this.peers.every((p) => p === undefined || p.qps.every((q) => q.state !== 'ready' || q.pendingOps === 0)), { deadline: new Deadline(1000), what: `${this.label}: close: sending the last acks` })
+      .catch(() => {});
     if (this.isClosed) return;
     this.closeNow(retired);
     await this.publishing;

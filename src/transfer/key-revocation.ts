@@ -9,7 +9,7 @@
  * may hold in their cached descriptor, every such peer confirms that it will not use the key:
  *
  * 1. the owner publishes its descriptor without the buffer (version V), then sends each fabric
- *    peer a record { seq, V, addr } (a 16-byte RDMA WRITE_IMM into the peer's control region,
+ *    peer a record { seq, V, addr } (a 24-byte RDMA WRITE_IMM into the peer's control region,
  *    exchanged when the engines opened; seq counts the owner's records to that peer);
  * 2. the peer, in its next progress call, drops the buffer at `addr` from its cached copy of
  *    the owner's descriptor (and refuses older copies than V from then on), fails its queued
@@ -26,8 +26,9 @@
  * closing sends CLOSING as the version: its peers fail what they have toward it and stop. A peer
  * that fell more than RING records behind retires every buffer of the owner it knew.
  *
- * The control region stays registered until the device closes, not the engine: a peer may
- * write into it at any time, and a closed key would break its connection.
+ * The control region is closed with the engine only when every fabric peer confirmed the
+ * engine's close (a peer that did never writes into it again); otherwise it stays registered
+ * until the device closes, since a closed key would break a writer's connection.
  */
 import { WeftError } from '../errors.js';
 import type { Device, MemoryRegion, QueuePair, RemoteRegion } from '../nic/types.js';
@@ -45,8 +46,12 @@ export const CONTROL_CREDITS = 8;
 
 /** Records kept per (owner, peer): a peer that falls further behind retires everything. */
 const RING = 8;
-/** Words per record: seq, version, addr (low 32 bits), addr (high bits). */
-const REC = 4;
+/**
+ * Words per record: seq, version, addr (low 32 bits), addr (high bits), 0, seq again. The
+ * provider copies a record's bytes in order and a poll may look between two parts of it: a
+ * record counts once its last word holds its seq.
+ */
+const REC = 6;
 /** Words per rank in each half of the region: the ring, the ack word, padding to 16 bytes. */
 const AREA = RING * REC + 4;
 const ACK = RING * REC;
@@ -113,8 +118,8 @@ export class KeyRevocation {
    */
   next(p: number, seq: number): number {
     const o = p * AREA + (seq % RING) * REC;
-    const at = this.words[o];
-    if (at === seq) {
+    const at = this.words[o + REC - 1];
+    if (at === seq && this.words[o] === seq) {
       this.version = this.words[o + 1];
       this.addr = (this.words[o + 2] >>> 0) + this.words[o + 3] * 2 ** 32;
       return FOUND;
@@ -127,7 +132,7 @@ export class KeyRevocation {
     let best = 0;
     for (let i = 0; i < RING; i++) {
       const o = p * AREA + i * REC;
-      if (this.words[o] > best) {
+      if (this.words[o + REC - 1] > best && this.words[o] === this.words[o + REC - 1]) {
         best = this.words[o];
         this.version = this.words[o + 1];
       }
@@ -154,8 +159,10 @@ export class KeyRevocation {
     w[stage + 1] = version;
     w[stage + 2] = addr % 2 ** 32 | 0;
     w[stage + 3] = Math.floor(addr / 2 ** 32);
+    w[stage + 4] = 0;
+    w[stage + 5] = seq;
     this.pathOf[p] = k;
-    this.post(p, k, qp, stage, this.rank * AREA + slot, 16);
+    this.post(p, k, qp, stage, this.rank * AREA + slot, REC * 4);
     this.sent[p] = seq;
     return seq;
   }
@@ -169,7 +176,7 @@ export class KeyRevocation {
     this.pathOf[p] = k;
     for (let seq = this.ackFrom(p) + 1; seq <= this.sent[p]; seq++) {
       const slot = (seq % RING) * REC;
-      this.post(p, k, qp, this.size * AREA + p * AREA + slot, this.rank * AREA + slot, 16);
+      this.post(p, k, qp, this.size * AREA + p * AREA + slot, this.rank * AREA + slot, REC * 4);
     }
   }
 

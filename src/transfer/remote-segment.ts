@@ -48,6 +48,8 @@ export class RemoteSegment {
    * while slices to them may still fly: a retirement is acknowledged once none does.
    */
   dropped: RemoteBuffer[] = [];
+  /** Keep `dropped` (its owner is reached through the fabric; key-revocation.ts reads it). */
+  tracksDropped = false;
 
   constructor(
     readonly id: number,
@@ -77,6 +79,9 @@ export class RemoteSegment {
   /** Drops the buffer at `addr` from this copy (its owner retired its key as of descriptor `version`). */
   retire(addr: number, version: number): RemoteBuffer[] {
     this.minVersion = Math.max(this.minVersion, version);
+    // A copy as new as the retirement no longer lists that buffer: one at the same address is
+    // a later registration (a new key), and stays.
+    if (this.desc.version >= version) return [];
     const gone = this.buffers.filter((b) => b.addr === addr);
     return this.drop(gone);
   }
@@ -90,7 +95,7 @@ export class RemoteSegment {
   private drop(gone: RemoteBuffer[]): RemoteBuffer[] {
     for (const b of gone) {
       b.retired = true;
-      if (b.flying > 0) this.dropped.push(b);
+      if (b.flying > 0 && this.tracksDropped) this.dropped.push(b);
     }
     if (gone.length > 0) this.buffers = this.buffers.filter((b) => !b.retired);
     return gone;
