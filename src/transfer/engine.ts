@@ -637,7 +637,6 @@ export class TransferEngine implements CompletionSink {
       if (this.isClosed) return;
       if (stale) {
         // Read before the owner retired a key we were told about: it may list that buffer.
-        // Read again (the owner publishes before it tells us).
         // Read again (the owner publishes before it tells us) after a pause, while requests
         // wait for it: they time out on their own deadlines if the store never catches up.
         listIn(this.waitingDesc, seg).push(...waiting);

