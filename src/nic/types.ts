@@ -198,6 +198,14 @@ export interface QueuePair {
    * target like postWriteImm of `length` bytes, without the copy.
    */
   postWriteImmInPlace?(remote: RemoteRegion, remoteOffset: number, length: number, imm: number, wrId: number, signaled: boolean): void;
+  /**
+   * shm only: runs a READ (`read` true) or WRITE now and reports no completion, when it can
+   * succeed now: the QP is ready, nothing is queued ahead of it, the ranges fit and the key is
+   * still registered. False when it did nothing; post the operation then, and its completion
+   * says when it ran or why it failed. For a layer that would poll the success at once anyway
+   * (the transfer engine): it saves the completion's round trip, not the copy.
+   */
+  copyNow?(read: boolean, local: MemoryRegion, localOffset: number, remote: RemoteRegion, remoteOffset: number, length: number): boolean;
   /** RDMA WRITE: lands silently at the target. */
   postWrite(local: MemoryRegion, localOffset: number, remote: RemoteRegion, remoteOffset: number, length: number, wrId: number, signaled: boolean): void;
   /** RDMA READ: copies the peer's bytes into local memory, without the peer's CPU on shm. */

@@ -22,7 +22,7 @@ import { hostname } from 'node:os';
 import { WeftError } from '../errors.js';
 import { copyInto } from '../host/copy.js';
 import type { CompletionSink } from '../nic/completion-router.js';
-import { Opcode, Status, type CompletionBatch, type QueuePair } from '../nic/types.js';
+import { Opcode, Status, type CompletionBatch, type MemoryRegion, type QueuePair, type RemoteRegion } from '../nic/types.js';
 import { Deadline, defaultTimeoutMs, type WaitOptions } from '../util/deadline.js';
 import { describeValue } from '../util/describe.js';
 import { Batch, O_LOCAL, O_REMOTE, O_SEGMENT, O_SELF, OP_READ, OP_WRITE, R_DEADLINE, R_FLYING, R_LEFT, R_LENGTH, R_LOCAL_OFF, R_OP, R_RELEASED, R_REMOTE_OFF, R_STATUS, R_TARGET_ADDR, R_TRANSFERRED, RO, RS } from './batch.js';
@@ -32,7 +32,7 @@ import { PassiveProgress } from './passive-progress.js';
 import { closePath, connectPaths, type TransferGroup } from './paths.js';
 import { RemoteSegment, type RemoteBuffer } from './remote-segment.js';
 import { decodeSegmentDesc, encodeSegmentDesc, rkeyHex, SEGMENT_PROTOCOL, segmentKey, setOwn, type PriorityMatrix, type SegmentDesc } from './segment-desc.js';
-import { S_FLYING, S_GEN, S_IDX, S_LEN, S_OFF, S_PATH, S_RANK, S_TRIES, SliceQueue, SliceTable, SS } from './slices.js';
+import { S_FLYING, S_GEN, S_IDX, S_LEN, S_OFF, S_PATH, S_RANK, S_TRIES, SliceQueue, SliceTable, SS, STAGED_MAX, StagedCopies } from './slices.js';
 import { Task, TASK_STATUS, type BatchID, type SegmentID, type TransferRequest, type TransferStatus } from './types.js';
 
 /** Options of `TransferEngine.open` (every rank passes the same qpsPerPeer). */
@@ -84,6 +84,10 @@ const DEVICE_NAME = 'nic0';
 const MAX_SLICE = 64 << 20;
 /** Rounds of post + poll per progress call, so the event loop turns. */
 const PUMP_ROUNDS = 64;
+/** StagedCopies.done values. */
+const NOT_COPIED = 0;
+const COPIED = 1;
+const DROPPED = 2;
 /** While slices fly, paths are checked for a QP closed under the engine this often (ms). */
 const PATH_CHECK_MS = 20;
 /** Pause before reading a descriptor again that was older than a retirement record said. */
@@ -164,6 +168,9 @@ export class TransferEngine implements CompletionSink {
   private readonly pathRank = new Int32Array(1024).fill(-1);
   private readonly pathIndex = new Int16Array(1024);
   private readonly slices = new SliceTable();
+  private readonly copies = new StagedCopies(STAGED_MAX);
+  /** Requests settled so far (runStaged: did any settle while copies were staged?). */
+  private settles = 0;
   /** Peers with queued slices. */
   private readonly active: Peer[] = [];
   /** Requests to this rank's own segment, copied by progress: (batch, index, generation) from selfHead on. */
@@ -833,6 +840,7 @@ export class TransferEngine implements CompletionSink {
   /** Settles request i (not WAITING/PENDING afterwards); lets go of its source once no slice flies. */
   private settle(b: Batch, i: number, status: number, reason: string | undefined): void {
     if (!b.open(i)) return;
+    this.settles++;
     b.f[i * RS + R_STATUS] = status;
     b.reason[i] = reason;
     b.unsettled--;
@@ -1016,6 +1024,7 @@ export class TransferEngine implements CompletionSink {
         this.post(peer, k, s, b, i);
         posted++;
       }
+      this.runStaged(peer);
       if (q.size === 0) {
         peer.listed = false;
         act.splice(a--, 1);
@@ -1024,7 +1033,49 @@ export class TransferEngine implements CompletionSink {
     return posted;
   }
 
-  private post(peer: Peer, k: number, s: number, b: Batch, i: number): void {
+  /**
+   * Runs the copies post() staged toward `peer` (shm), back to back, then lands them. Apart,
+   * each copy of a large block evicted what the bookkeeping of the next one needed (64 KiB
+   * blocks ran at 0.8-0.88x the NIC stream). A copy that cannot run now (a bad key, operations
+   * queued ahead) is posted as any other, and its completion says what became of it.
+   */
+  private runStaged(peer: Peer): void {
+    const c = this.copies;
+    const n = c.n;
+    if (n === 0) return;
+    c.n = 0;
+    const sl = this.slices;
+    // A request settled since its slice was staged (FAILED by a later slice's import, say) has
+    // its copies dropped. Rare: checked only when some request settled meanwhile.
+    const recheck = this.settles !== c.settles;
+    for (let j = 0; j < n; j++) {
+      if (recheck) {
+        const s = c.slice[j];
+        if (!(sl.batch[s] as Batch).live(sl.f[s * SS + S_IDX], sl.f[s * SS + S_GEN])) {
+          c.done[j] = DROPPED;
+          continue;
+        }
+      }
+      const qp = peer.qps[c.path[j]];
+      c.done[j] = (qp.copyNow as NonNullable<QueuePair['copyNow']>)(c.read[j] === 1, c.mr[j] as MemoryRegion, c.localOff[j], c.region[j] as RemoteRegion, c.remoteOff[j], c.len[j]) ? COPIED : NOT_COPIED;
+    }
+    for (let j = 0; j < n; j++) {
+      const s = c.slice[j];
+      const b = sl.batch[s] as Batch;
+      const i = sl.f[s * SS + S_IDX];
+      c.mr[j] = undefined;
+      c.region[j] = undefined;
+      if (c.done[j] === COPIED) {
+        this.stats.slices++;
+        sl.release(s);
+        this.landed(b, i, c.len[j]);
+      } else if (c.done[j] === DROPPED) this.dropSlice(s, b, i);
+      else this.post(peer, c.path[j], s, b, i, true);
+    }
+  }
+
+  /** Posts slice s (request i of b) on path k; `retry`: not staged (runStaged could not copy it). */
+  private post(peer: Peer, k: number, s: number, b: Batch, i: number, retry = false): void {
     const sl = this.slices;
     const qp = peer.qps[k];
     let region;
@@ -1039,6 +1090,22 @@ export class TransferEngine implements CompletionSink {
     const off = sl.f[o + S_OFF];
     const len = sl.f[o + S_LEN];
     const mr = (b.local(i) as LocalBuffer).mr;
+    if (qp.copyNow !== undefined && !retry) {
+      // shm: staged, and copied with the others of this turn by runStaged.
+      const c = this.copies;
+      if (c.n === 0) c.settles = this.settles;
+      const n = c.n++;
+      c.slice[n] = s;
+      c.path[n] = k;
+      c.read[n] = b.f[i * RS + R_OP] === OP_READ ? 1 : 0;
+      c.localOff[n] = b.f[i * RS + R_LOCAL_OFF] + off;
+      c.remoteOff[n] = b.f[i * RS + R_REMOTE_OFF] + off;
+      c.len[n] = len;
+      c.mr[n] = mr;
+      c.region[n] = region;
+      if (c.n === STAGED_MAX) this.runStaged(peer);
+      return;
+    }
     sl.f[o + S_PATH] = k;
     sl.f[o + S_TRIES]++;
     sl.flying(s, b.remote(i) as RemoteBuffer);
@@ -1143,11 +1210,7 @@ export class TransferEngine implements CompletionSink {
     if (cb.status[e] === Status.SUCCESS) {
       const len = sl.f[o + S_LEN];
       sl.release(s);
-      if (b.open(i)) {
-        b.f[i * RS + R_TRANSFERRED] += len;
-        this.stats.bytes += len;
-        if (--b.f[i * RS + R_LEFT] === 0) this.settle(b, i, Task.COMPLETED, undefined);
-      } else if (b.f[i * RS + R_FLYING] === 0) this.release(b, i);
+      this.landed(b, i, len);
       return;
     }
     const err = cb.errors[e];
@@ -1171,6 +1234,15 @@ export class TransferEngine implements CompletionSink {
     }
     if (peer.qps[k].state !== 'ready') this.pathDied(peer, k);
     this.retryOrFail(peer, s, b, i, err?.message ?? `status ${cb.status[e]}`);
+  }
+
+  /** A slice of `len` bytes of request i of b landed (its slice entry released already). */
+  private landed(b: Batch, i: number, len: number): void {
+    if (b.open(i)) {
+      b.f[i * RS + R_TRANSFERRED] += len;
+      this.stats.bytes += len;
+      if (--b.f[i * RS + R_LEFT] === 0) this.settle(b, i, Task.COMPLETED, undefined);
+    } else if (b.f[i * RS + R_FLYING] === 0) this.release(b, i);
   }
 
   /** Drops a slice whose request settled meanwhile; the request lets go of its source when none flies. */

@@ -7,6 +7,7 @@
  */
 import type { Batch } from './batch.js';
 import type { RemoteBuffer } from './remote-segment.js';
+import type { MemoryRegion, RemoteRegion } from '../nic/types.js';
 
 export const SS = 8;
 /** Request index in its batch. */
@@ -134,5 +135,35 @@ export class SliceQueue {
     for (let i = 0; i < this.size; i++) next[i] = this.ring[(this.head + i) & (this.ring.length - 1)];
     this.ring = next;
     this.head = 0;
+  }
+}
+
+/** Slices staged for copies that run at once (shm `copyNow`): run together per pump turn. */
+export const STAGED_MAX = 64;
+
+/** The staged copies of one turn toward one peer: parallel arrays, allocated once. */
+export class StagedCopies {
+  n = 0;
+  /** The engine's settle count when the first of these was staged. */
+  settles = 0;
+  readonly slice: Int32Array;
+  readonly path: Int32Array;
+  readonly read: Uint8Array;
+  readonly done: Uint8Array;
+  readonly localOff: Float64Array;
+  readonly remoteOff: Float64Array;
+  readonly len: Float64Array;
+  readonly mr: (MemoryRegion | undefined)[];
+  readonly region: (RemoteRegion | undefined)[];
+  constructor(capacity: number) {
+    this.slice = new Int32Array(capacity);
+    this.path = new Int32Array(capacity);
+    this.read = new Uint8Array(capacity);
+    this.done = new Uint8Array(capacity);
+    this.localOff = new Float64Array(capacity);
+    this.remoteOff = new Float64Array(capacity);
+    this.len = new Float64Array(capacity);
+    this.mr = new Array(capacity).fill(undefined);
+    this.region = new Array(capacity).fill(undefined);
   }
 }

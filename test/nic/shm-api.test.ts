@@ -85,6 +85,61 @@ test('a WRITE_IMM in place completes like a copied one, over the bytes stored th
   }
 });
 
+test('copyNow moves bytes at once without a completion, and does nothing where a post would fail or queue', async () => {
+  const { a, b, qa, ma, mb, rb } = await pair();
+  const out = new CompletionBatch(8);
+  try {
+    ma.bytes.set([1, 2, 3, 4, 5, 6, 7], 10);
+    assert.ok(qa.copyNow!(false, ma, 10, rb, 200, 7));
+    assert.equal([...mb.bytes.subarray(200, 207)], [1, 2, 3, 4, 5, 6, 7]);
+    mb.bytes.set([9, 8, 7], 3000);
+    assert.ok(qa.copyNow!(true, ma, 1000, rb, 3000, 3));
+    assert.equal([...ma.bytes.subarray(1000, 1003)], [9, 8, 7]);
+    assert.is(a.cq.poll(out), 0, 'no completion at the initiator');
+    assert.is(b.cq.poll(out), 0, 'nothing at the target');
+    const untouched = () => assert.ok(mb.bytes.subarray(4000).every((x) => x === 0) && ma.bytes.subarray(3500).every((x) => x === 0));
+    ma.bytes.fill(5, 3500);
+    // Each of these is refused by post (it throws, or completes with an error): copyNow leaves it to post.
+    assert.not.ok(qa.copyNow!(false, ma, 3500, rb, 4090, 8), 'past the target region');
+    assert.not.ok(qa.copyNow!(false, ma, 4090, rb, 4000, 8), 'past the local region');
+    assert.not.ok(qa.copyNow!(false, mb, 0, rb, 4000, 8), "another device's region");
+    assert.not.ok(qa.copyNow!(false, ma, 3500, {} as RemoteRegion, 4000, 8), 'a region not imported on this QP');
+    assert.not.ok(qa.copyNow!(false, ma, 3500.5, rb, 4000, 8), 'a fractional offset');
+    assert.not.ok(a.createQueuePair({ peerLabel: 'rank 9' }).copyNow!(false, ma, 3500, rb, 4000, 8), 'a QP not connected');
+    ma.bytes.fill(0, 3500);
+    untouched();
+    assert.is(a.cq.poll(out), 0);
+    // Operations queued ahead (a WRITE_IMM waiting for a receive credit) keep their order.
+    const c = await createDevice({ provider: 'shm', label: 'rank 2', job });
+    try {
+      const qac = a.createQueuePair({ peerLabel: 'rank 2' });
+      const qca = c.createQueuePair({ peerLabel: 'rank 0', recvCredits: 0 });
+      qac.connect(qca.address());
+      qca.connect(qac.address());
+      const mc = c.allocate(4096);
+      const rc = qac.importRegion(mc.descriptor());
+      qac.postWriteImm(ma, 0, rc, 0, 4, 1, 5, true);
+      assert.is(qac.pendingOps, 1);
+      assert.not.ok(qac.copyNow!(false, ma, 0, rc, 100, 4), 'behind a queued WRITE_IMM');
+      qca.postRecv(1);
+      for (let k = 0; k < 100 && qac.pendingOps > 0; k++) a.cq.poll(out);
+      assert.is(qac.pendingOps, 0);
+      assert.ok(qac.copyNow!(false, ma, 0, rc, 100, 4), 'once the queue drained');
+    } finally {
+      c.close();
+    }
+    // A deregistered key, and a closed QP.
+    mb.deregister();
+    assert.not.ok(qa.copyNow!(false, ma, 0, rb, 0, 8), 'a deregistered key');
+    const rb2 = qa.importRegion(b.allocate(64).descriptor());
+    qa.close();
+    assert.not.ok(qa.copyNow!(false, ma, 0, rb2, 0, 8), 'a closed QP');
+  } finally {
+    a.close();
+    b.close();
+  }
+});
+
 test('malformed addresses and descriptors are EPROTO, foreign ones EINVAL', async () => {
   const { a, b, qa, ma } = await pair();
   try {

@@ -217,6 +217,11 @@ class MixedQueuePair implements QueuePair {
     if (!this.chosen.postWriteImmInPlace) throw new WeftError('EINVAL', `${this.owner.label}: postWriteImmInPlace toward ${this.peerLabel}, a peer on another host (shared memory only)`);
     this.chosen.postWriteImmInPlace(remote, rOff, len, imm, wrId, signaled);
   }
+  copyNow(read: boolean, local: MemoryRegion, lOff: number, remote: RemoteRegion, rOff: number, len: number): boolean {
+    // A region post would refuse is not copied: post says why.
+    if (this.chosen.copyNow === undefined || !(local instanceof MixedMemoryRegion) || !local.shm) return false;
+    return this.chosen.copyNow(read, local.shm, lOff, remote, rOff, len);
+  }
   postWrite(local: MemoryRegion, lOff: number, remote: RemoteRegion, rOff: number, len: number, wrId: number, signaled: boolean): void {
     this.chosen.postWrite(this.part(local), lOff, remote, rOff, len, wrId, signaled);
   }

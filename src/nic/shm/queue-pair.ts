@@ -157,6 +157,17 @@ export class ShmQueuePair extends QueuePairBase implements QueuePair {
     this.submit(op, null, 0, remote, rOff, len, imm, wrId, signaled);
   }
 
+  /** QueuePair.copyNow: the checks of post and run, as a test instead of an error. */
+  copyNow(read: boolean, local: MemoryRegion, lOff: number, remote: RemoteRegion, rOff: number, len: number): boolean {
+    if (this.state !== 'ready' || this.sq.length !== 0) return false;
+    if (!(local instanceof ShmMemoryRegion) || local.deregistered || local.owner.ctl !== this.host.ctl) return false;
+    if (!(remote instanceof ShmRemoteRegion) || remote.peer !== this.peer) return false;
+    if ((len >>> 0) !== len || (lOff >>> 0) !== lOff || (rOff >>> 0) !== rOff || lOff + len > local.byteLength || rOff + len > remote.byteLength || !remote.valid()) return false;
+    if (read) copyBytes(local.seg8, local.seg32, local.offset + lOff, remote.seg8, remote.seg32, remote.base + rOff, len);
+    else copyBytes(remote.seg8, remote.seg32, remote.base + rOff, local.seg8, local.seg32, local.offset + lOff, len);
+    return true;
+  }
+
   private checkRemote(op: number, remote: RemoteRegion): asserts remote is ShmRemoteRegion {
     if (!(remote instanceof ShmRemoteRegion) || remote.peer !== this.peer) this.badArg(op, 'remote must come from importRegion on this QP');
   }
