@@ -77,6 +77,8 @@ export interface TransferStats {
   retries: number;
   slices: number;
   bytes: number;
+  /** The most slices in flight on one path at once (never above pathDepth). */
+  peakPathInflight: number;
 }
 
 /** The one device of a process, as the descriptor names it. */
@@ -98,6 +100,10 @@ const POOL_PER_CAPACITY = 8;
 /** Per target rank: its paths and the queue of slices waiting for one. */
 class Peer {
   readonly inflight: Int32Array;
+  /** Slices staged on each path for runStaged (they count against pathDepth until they run). */
+  readonly staged: Int32Array;
+  /** Same host, shared memory: the paths run copies at once (QueuePair.copyNow), staged. */
+  readonly copies: boolean;
   readonly dead: Uint8Array;
   readonly queue = new SliceQueue();
   next = 0;
@@ -122,7 +128,9 @@ class Peer {
     readonly fabric: boolean,
   ) {
     this.inflight = new Int32Array(qps.length);
+    this.staged = new Int32Array(qps.length);
     this.dead = new Uint8Array(qps.length);
+    this.copies = !fabric && qps.length > 0 && qps.every((q) => q.copyNow !== undefined);
   }
   alive(): boolean {
     for (let k = 0; k < this.dead.length; k++) if (this.dead[k] === 0) return true;
@@ -160,7 +168,7 @@ export class TransferEngine implements CompletionSink {
   /** segmentNames[r]: the segment name of rank r's engine. */
   readonly segmentNames: readonly string[];
   readonly name: string;
-  readonly stats: TransferStats = { submitted: 0, completed: 0, failed: 0, invalid: 0, timedOut: 0, retries: 0, slices: 0, bytes: 0 };
+  readonly stats: TransferStats = { submitted: 0, completed: 0, failed: 0, invalid: 0, timedOut: 0, retries: 0, slices: 0, bytes: 0, peakPathInflight: 0 };
   private readonly label: string;
   private readonly local: LocalMemory;
   private readonly peers: (Peer | undefined)[] = [];
@@ -1005,7 +1013,7 @@ export class TransferEngine implements CompletionSink {
         let k = -1;
         for (let t = 0; t < nPaths; t++) {
           const c = (peer.next + t) % nPaths;
-          if (peer.dead[c] === 0 && peer.inflight[c] < depth) {
+          if (peer.dead[c] === 0 && peer.inflight[c] + peer.staged[c] < depth) {
             k = c;
             break;
           }
@@ -1044,6 +1052,7 @@ export class TransferEngine implements CompletionSink {
     const n = c.n;
     if (n === 0) return;
     c.n = 0;
+    peer.staged.fill(0);
     const sl = this.slices;
     // A request settled since its slice was staged (FAILED by a later slice's import, say) has
     // its copies dropped. Rare: checked only when some request settled meanwhile.
@@ -1057,7 +1066,12 @@ export class TransferEngine implements CompletionSink {
         }
       }
       const qp = peer.qps[c.path[j]];
-      c.done[j] = (qp.copyNow as NonNullable<QueuePair['copyNow']>)(c.read[j] === 1, c.mr[j] as MemoryRegion, c.localOff[j], c.region[j] as RemoteRegion, c.remoteOff[j], c.len[j]) ? COPIED : NOT_COPIED;
+      try {
+        c.done[j] = (qp.copyNow as NonNullable<QueuePair['copyNow']>)(c.read[j] === 1, c.mr[j] as MemoryRegion, c.localOff[j], c.region[j] as RemoteRegion, c.remoteOff[j], c.len[j]) ? COPIED : NOT_COPIED;
+      } catch {
+        // Posted instead: the post throws or completes with the error, and says why.
+        c.done[j] = NOT_COPIED;
+      }
     }
     for (let j = 0; j < n; j++) {
       const s = c.slice[j];
@@ -1068,9 +1082,12 @@ export class TransferEngine implements CompletionSink {
       if (c.done[j] === COPIED) {
         this.stats.slices++;
         sl.release(s);
+        if (b.f[i * RS + R_STATUS] === Task.PENDING) b.f[i * RS + R_STATUS] = Task.WAITING;
         this.landed(b, i, c.len[j]);
-      } else if (c.done[j] === DROPPED) this.dropSlice(s, b, i);
-      else this.post(peer, c.path[j], s, b, i, true);
+      } else if (c.done[j] === DROPPED || !b.live(i, sl.f[s * SS + S_GEN])) {
+        // Also a refused copy whose request settled in this loop (another slice's post failed).
+        this.dropSlice(s, b, i);
+      } else this.post(peer, c.path[j], s, b, i, true);
     }
   }
 
@@ -1090,8 +1107,9 @@ export class TransferEngine implements CompletionSink {
     const off = sl.f[o + S_OFF];
     const len = sl.f[o + S_LEN];
     const mr = (b.local(i) as LocalBuffer).mr;
-    if (qp.copyNow !== undefined && !retry) {
-      // shm: staged, and copied with the others of this turn by runStaged.
+    if (peer.copies && !retry) {
+      // Same host: staged, and copied with the others of this turn by runStaged.
+      peer.staged[k]++;
       const c = this.copies;
       if (c.n === 0) c.settles = this.settles;
       const n = c.n++;
@@ -1109,7 +1127,7 @@ export class TransferEngine implements CompletionSink {
     sl.f[o + S_PATH] = k;
     sl.f[o + S_TRIES]++;
     sl.flying(s, b.remote(i) as RemoteBuffer);
-    peer.inflight[k]++;
+    if (++peer.inflight[k] > this.stats.peakPathInflight) this.stats.peakPathInflight = peer.inflight[k];
     b.f[i * RS + R_FLYING]++;
     b.flyingTotal++;
     if (b.f[i * RS + R_STATUS] === Task.PENDING) b.f[i * RS + R_STATUS] = Task.WAITING;

@@ -39,6 +39,8 @@ if (why) {
     for (let k = 0; k < 3; k++) {
       const rep = report(r.out, k);
       assert.ok(rep && rep.requests > 60 && rep.checks > 60, r.out.slice(-3000));
+      // Every rank has a peer on the other host: slices flew on the fabric, never past pathDepth.
+      assert.ok(rep.peak > 0 && rep.peak <= 16, `rank ${k}: peak slices in flight on a path ${rep.peak}`);
     }
     assert.not.match(r.out, /leaked in \/dev\/shm/);
   });

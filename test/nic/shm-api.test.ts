@@ -86,7 +86,7 @@ test('a WRITE_IMM in place completes like a copied one, over the bytes stored th
 });
 
 test('copyNow moves bytes at once without a completion, and does nothing where a post would fail or queue', async () => {
-  const { a, b, qa, ma, mb, rb } = await pair();
+  const { a, b, qa, qb, ma, mb, rb } = await pair();
   const out = new CompletionBatch(8);
   try {
     ma.bytes.set([1, 2, 3, 4, 5, 6, 7], 10);
@@ -97,17 +97,42 @@ test('copyNow moves bytes at once without a completion, and does nothing where a
     assert.equal([...ma.bytes.subarray(1000, 1003)], [9, 8, 7]);
     assert.is(a.cq.poll(out), 0, 'no completion at the initiator');
     assert.is(b.cq.poll(out), 0, 'nothing at the target');
-    const untouched = () => assert.ok(mb.bytes.subarray(4000).every((x) => x === 0) && ma.bytes.subarray(3500).every((x) => x === 0));
-    ma.bytes.fill(5, 3500);
-    // Each of these is refused by post (it throws, or completes with an error): copyNow leaves it to post.
-    assert.not.ok(qa.copyNow!(false, ma, 3500, rb, 4090, 8), 'past the target region');
-    assert.not.ok(qa.copyNow!(false, ma, 4090, rb, 4000, 8), 'past the local region');
-    assert.not.ok(qa.copyNow!(false, mb, 0, rb, 4000, 8), "another device's region");
-    assert.not.ok(qa.copyNow!(false, ma, 3500, {} as RemoteRegion, 4000, 8), 'a region not imported on this QP');
-    assert.not.ok(qa.copyNow!(false, ma, 3500.5, rb, 4000, 8), 'a fractional offset');
-    assert.not.ok(a.createQueuePair({ peerLabel: 'rank 9' }).copyNow!(false, ma, 3500, rb, 4000, 8), 'a QP not connected');
-    ma.bytes.fill(0, 3500);
-    untouched();
+    // Each of these is refused by post (it throws, or completes with an error): copyNow does
+    // nothing and leaves it to post. Sources hold non-zero bytes, so a wrong copy would show.
+    // Sources hold non-zero bytes ([3000, 3100) and [4000, 4096) on both sides); destinations
+    // are in [3900, 4000), which must stay zero: a wrong copy would show.
+    for (const m of [ma, mb]) {
+      m.bytes.fill(5, 3000, 3100);
+      m.bytes.fill(6, 4000);
+    }
+    const wrote = () => mb.bytes.subarray(3900, 4000).some((x) => x !== 0) || ma.bytes.subarray(3900, 4000).some((x) => x !== 0);
+    // a's region imported on b's QP (toward a): a region of another QP's peer.
+    const mine = a.allocate(64);
+    mine.bytes.fill(7);
+    const foreign = qb.importRegion(mine.descriptor());
+    const gone = a.allocate(4096);
+    gone.bytes.fill(9);
+    gone.deregister();
+    for (const read of [false, true]) {
+      // (local offset, remote offset) with the source at `src` and the destination at `dst`.
+      const at = (src: number, dst: number): [number, number] => (read ? [dst, src] : [src, dst]);
+      const run = (what: string, local: MemoryRegion, remote: RemoteRegion, [lOff, rOff]: [number, number], len = 8, qp: QueuePair = qa) => {
+        assert.not.ok(qp.copyNow!(read, local, lOff, remote, rOff, len), `${read ? 'READ' : 'WRITE'}: ${what}`);
+        assert.not.ok(wrote(), `${read ? 'READ' : 'WRITE'}: ${what}: bytes moved`);
+      };
+      run('past the target region', ma, rb, read ? [3950, 4090] : [4000, 4090]);
+      run('past the local region', ma, rb, read ? [4090, 4000] : [4090, 3950]);
+      run("another device's region as the local one", mb, rb, at(4000, 3950));
+      run('a deregistered local region', gone, rb, at(0, 3950));
+      run('a region not imported on this QP', ma, {} as RemoteRegion, at(3000, 3950));
+      run('a region imported on another QP', ma, foreign, read ? [3950, 0] : [3000, 0]);
+      assert.ok(mine.bytes.every((x) => x === 7), 'a region imported on another QP: bytes moved');
+      run('a fractional local offset', ma, rb, read ? [3950.5, 3000] : [3000.5, 3950]);
+      run('a fractional remote offset', ma, rb, read ? [3950, 3000.5] : [3000, 3950.5]);
+      run('a fractional length', ma, rb, at(3000, 3950), 7.5);
+      run('a negative length', ma, rb, at(3000, 3950), -8);
+      run('a QP not connected', ma, rb, at(3000, 3950), 8, a.createQueuePair({ peerLabel: 'rank 9' }));
+    }
     assert.is(a.cq.poll(out), 0);
     // Operations queued ahead (a WRITE_IMM waiting for a receive credit) keep their order.
     const c = await createDevice({ provider: 'shm', label: 'rank 2', job });

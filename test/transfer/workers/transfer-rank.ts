@@ -143,7 +143,9 @@ async function random(): Promise<unknown> {
     }
   }
   await ctx.barrier();
-  return { requests, bytes, checks, slices: engine.stats.slices, retries: engine.stats.retries };
+  // pathDepth (16 by default) bounds the slices in flight on a path, whatever the provider mix.
+  if (engine.stats.peakPathInflight > 16) fail(`a path had ${engine.stats.peakPathInflight} slices in flight, past pathDepth 16`);
+  return { requests, bytes, checks, slices: engine.stats.slices, retries: engine.stats.retries, peak: engine.stats.peakPathInflight };
 }
 
 async function misuse(): Promise<unknown> {
