@@ -161,7 +161,10 @@ export class DelegationClient<U = unknown> extends Waiter {
   begin(userData?: U): Uint8Array | null {
     if (this.closed) throw new WeftError('ECLOSED', `DelegationClient ${this.clientId} of ${this.name} is closed`);
     if (this.openOffset >= 0) throw new WeftError('EINVAL', `DelegationClient ${this.clientId}: begin() twice without commit()`);
-    if (this.inflight === this.layout.respDepth) return null;
+    if (this.inflight === this.layout.respDepth) {
+      this.watch.onIdle('call');
+      return null;
+    }
     let s = this.nextResp;
     while (this.busy[s] !== 0) s = (s + 1) & this.respMask;
     this.watch.onCall();
@@ -172,7 +175,10 @@ export class DelegationClient<U = unknown> extends Waiter {
     const pos = Atomics.add(i32, HEAD_W, 1);
     if (pos === -1) Atomics.add(i32, HEAD_W + 1, 1); // carry into head's high word
     i32[base + CLIENT.RESERVED_POS] = pos;
-    i32[base + CLIENT.PHASE] = PHASE_RESERVED;
+    // The server must never read RESERVED beside an older position (it would skip a live
+    // client's hole): x86 keeps these stores in order; elsewhere the phase is a release store.
+    if (PLAIN_LOAD_ACQUIRES) i32[base + CLIENT.PHASE] = PHASE_RESERVED;
+    else Atomics.store(i32, base + CLIENT.PHASE, PHASE_RESERVED);
     // Flow control against the tail read last time, a lower bound of the server's: the shared
     // tail is a cache line the server writes on every batch, read again only when the bound
     // says full. The server's epoch count (a word it writes once per 2^30 positions) tells
@@ -217,12 +223,16 @@ export class DelegationClient<U = unknown> extends Waiter {
    * data) and frees their slots; returns how many.
    */
   poll(onResponse?: ResponseHandler<U>): number {
+    if (this.closed) throw this.closedError('poll');
     if (this.inflight === 0) return 0;
     // Answers mostly come in call order: deliver the run of answered slots from the oldest
     // call, and look further (every busy slot) only when that run is empty. Reading slots the
     // server has not written yet would pull their cache lines away from it.
     const n = this.deliver(onResponse, true);
-    return n > 0 ? n : this.deliver(onResponse, false);
+    if (n > 0) return n;
+    const m = this.deliver(onResponse, false);
+    if (m === 0) this.watch.onIdle('poll');
+    return m;
   }
 
   private deliver(onResponse: ResponseHandler<U> | undefined, prefixOnly: boolean): number {
@@ -273,6 +283,7 @@ export class DelegationClient<U = unknown> extends Waiter {
 
   /** A response is waiting (what wait() and waitSync() wait for; they fail with ServerDisconnected when the server goes away first). */
   ready(): boolean {
+    if (this.closed) throw this.closedError('wait');
     let left = this.inflight;
     const mask = this.respMask;
     for (let k = 0, s = this.oldest; k <= mask && left > 0; k++, s = (s + 1) & mask) {
@@ -288,7 +299,23 @@ export class DelegationClient<U = unknown> extends Waiter {
     if (this.closed) return;
     this.closed = true;
     Atomics.store(this.i32, this.base + CLIENT.PHASE, PHASE_IDLE);
+    this.forget();
+  }
+
+  /**
+   * After close: the id goes back (or to the server while calls fly), and this object
+   * forgets its calls. Their answers are the server's to drop; once the id has a new owner,
+   * its response slots are that client's.
+   */
+  private forget(): void {
     this.leave();
+    this.busy.fill(0);
+    this.users.fill(undefined);
+    this.inflight = 0;
+  }
+
+  private closedError(what: string): WeftError {
+    return new WeftError('ECLOSED', `DelegationClient ${this.clientId} of ${this.name}: ${what} after close(): the calls in flight were given up (their answers are dropped); connect again`);
   }
 
   /**
@@ -321,7 +348,9 @@ export class DelegationClient<U = unknown> extends Waiter {
       // The slot stays reserved but unwritten: mark it abandoned so the server skips it.
       this.i32[this.base + CLIENT.PHASE] = PHASE_ABANDONED;
       this.closed = true;
-      this.leave();
+      this.forget();
+      // The client cannot go on with a position it gave up: say so, and what to do.
+      if (err instanceof WeftError) err.message += `; client ${this.clientId} is closed now (its ring position was given up): connect again`;
       throw err;
     }
   }

@@ -232,12 +232,15 @@ export class DelegationServer extends Waiter {
    */
   reply(clientId: number, respSlot: number, payload?: Uint8Array): void {
     const index = this.slotIndex(clientId, respSlot, 'reply');
+    // Every check before the count goes down: a refused reply that still counted would let the
+    // id be released with an answer owed, and that answer would reach the id's next owner.
+    if (payload !== undefined && payload.length > this.layout.responseBytes) throw new WeftError('EINVAL', `delegationrpc server ${this.name}: reply of ${payload.length} bytes, the ring's responses are ${this.layout.responseBytes} bytes`);
+    if (this.outstanding[clientId] <= 0) throw new WeftError('EINVAL', `delegationrpc server ${this.name}: reply to client ${clientId}, which has no request waiting for one: answer each request recv() gave once`);
     const left = --this.outstanding[clientId];
     const base = this.clientBase(clientId);
     const state = loadAcquire(this.i32, base + CLIENT.STATE);
     if (state === CLIENT_ATTACHED || state === CLIENT_CLOSING) {
       if (payload !== undefined) {
-        if (payload.length > this.layout.responseBytes) throw new WeftError('EINVAL', `delegationrpc server ${this.name}: reply of ${payload.length} bytes, the ring's responses are ${this.layout.responseBytes} bytes`);
         copyToShared(this.u8, this.i32, this.layout.respArea + index * this.layout.respSlot + RESP.PAYLOAD, payload, payload.length);
       }
       Atomics.store(this.u8, this.layout.respArea + index * this.layout.respSlot + RESP.VALID, 1);

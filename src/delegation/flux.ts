@@ -22,6 +22,7 @@ import { FutexBell, ringBell } from '../host/futex-bell.js';
 import type { WaitPlan } from '../host/wait.js';
 import { Deadline, type WaitOptions } from '../util/deadline.js';
 import { ServerDisconnected } from './errors.js';
+import { IdleProbe } from './server-watch.js';
 import { checkFluxGeometry, FNODE, fluxLayoutOf, NODE_ATTACHED, NODE_CLOSED, NODE_FREE, NODE_JOINING, nodeLine, readFluxHeader, ringOffset, writeFluxHeader, type FluxGeometry, type FluxLayout } from './flux-layout.js';
 import { OWNER_PID, ownerAlive, ownerLabel, writeOwner } from './owner.js';
 import { createLayerSegment, defaultJob, openLayerSegment, removeLayerSegment } from './segment.js';
@@ -136,6 +137,9 @@ export class FluxNode<T = unknown> extends Waiter {
     return node;
   }
 
+  /** Liveness checks on paths that find nothing (server-watch.ts). */
+  private readonly idle = new IdleProbe();
+
   /** Calls this node made that have not been answered yet. */
   get inFlight(): number {
     return this.inflight;
@@ -146,7 +150,13 @@ export class FluxNode<T = unknown> extends Waiter {
     this.checkTarget(target, 'call');
     if (payload.length > this.layout.payloadBytes) throw new WeftError('EINVAL', `Flux node ${this.nodeId}: call of ${payload.length} bytes, the mesh carries ${this.layout.payloadBytes}`);
     const m = this.layout.maxInflight;
-    if (this.freeTop[target] === 0) return false;
+    // A node that left never answers (one not joined yet may still: its ring waits for it).
+    if (Atomics.load(this.i32, nodeLine(target) + FNODE.STATE) === NODE_CLOSED) throw new ServerDisconnected(`Flux node ${this.nodeId}: call to node ${target} of ${this.name}: the node left the mesh${this.inflightTo[target] > 0 ? ` with ${this.inflightTo[target]} call(s) of this node unanswered` : ''}; calls to it would never be answered`);
+    if (this.freeTop[target] === 0) {
+      // Every slot toward it is out: a caller that only polls learns here if it died.
+      if (this.idle.due()) this.checkPeers('call');
+      return false;
+    }
     const tag = this.free[target * m + --this.freeTop[target]];
     this.tokens[target * m + tag] = token;
     this.busy[target * m + tag] = 1;
@@ -191,6 +201,7 @@ export class FluxNode<T = unknown> extends Waiter {
         }
       }
     }
+    if (n === 0 && this.idle.due()) this.checkPeers('poll');
     return n;
   }
 
@@ -205,6 +216,9 @@ export class FluxNode<T = unknown> extends Waiter {
         this.callInPos[j] = (pos + 1) | 0;
         const tag = ring.tag(pos);
         if (tag >>> 0 >= this.layout.maxInflight) throw new WeftError('EPROTO', `Flux node ${this.nodeId}: call from node ${j} carries tag ${tag}, out of [0, ${this.layout.maxInflight}): dropped (a stray write into the mesh)`);
+        // The next receive looks at the next node first: one that keeps its ring full cannot
+        // starve the others.
+        this.at = j + 1 === k ? 0 : j + 1;
         const r = this.request;
         r.from = j;
         r.replyToken = j * 0x1_0000 + tag;

@@ -127,7 +127,10 @@ export class IpcClient<U = unknown> extends Waiter {
   begin(userData?: U): Uint8Array | null {
     if (this.closed) throw new WeftError('ECLOSED', `IpcClient ${this.clientId} of ${this.name} is closed`);
     if (this.openTag >= 0) throw new WeftError('EINVAL', `IpcClient ${this.clientId}: begin() twice without commit()`);
-    if (this.freeTop === 0) return null;
+    if (this.freeTop === 0) {
+      this.watch.onIdle('call');
+      return null;
+    }
     this.watch.onCall();
     const tag = this.free[--this.freeTop];
     this.users[tag] = userData;
@@ -151,6 +154,7 @@ export class IpcClient<U = unknown> extends Waiter {
 
   /** Delivers the responses that arrived, in the server's order; returns how many. */
   poll(onResponse?: (userData: U, response: Uint8Array, tag: number) => void): number {
+    if (this.closed) throw this.closedError('poll');
     let n = 0;
     const ring = this.resp;
     while (this.inflight > 0 && (n === 0 ? ring.ready(this.respPos) : ring.readyNext(this.respPos))) {
@@ -173,11 +177,17 @@ export class IpcClient<U = unknown> extends Waiter {
         this.inflight--;
       }
     }
+    if (n === 0 && this.inflight > 0) this.watch.onIdle('poll');
     return n;
   }
 
   ready(): boolean {
+    if (this.closed) throw this.closedError('wait');
     return this.inflight > 0 && this.resp.ready(this.respPos);
+  }
+
+  private closedError(what: string): WeftError {
+    return new WeftError('ECLOSED', `IpcClient ${this.clientId} of ${this.name}: ${what} after close(): the calls in flight were given up (their answers are dropped); connect again`);
   }
 
   /**
@@ -200,6 +210,9 @@ export class IpcClient<U = unknown> extends Waiter {
     } else {
       Atomics.store(this.i32, this.line + ICLI.STATE, IPC_CLOSING);
     }
+    // The answers still owed are the server's to drop: once the id has a new owner, its
+    // response ring is that client's.
+    this.users.fill(undefined);
   }
 
   protected override checkWait(what: string): void {

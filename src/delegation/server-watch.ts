@@ -10,10 +10,30 @@ import { ownerAlive, ownerLabel } from './owner.js';
 
 const LIVENESS_EVERY = 1024;
 const LIVENESS_MS = 50;
+const IDLE_EVERY = 64;
+
+/**
+ * When to check a peer's liveness on a path that found nothing to do (an empty poll, a call
+ * with no free slot): every IDLE_EVERY-th time, at most every LIVENESS_MS. A party that only
+ * polls, and never waits, learns of a dead peer there.
+ */
+export class IdleProbe {
+  private n = 0;
+  private last = 0;
+
+  due(): boolean {
+    if ((++this.n & (IDLE_EVERY - 1)) !== 0) return false;
+    const now = performance.now();
+    if (now - this.last < LIVENESS_MS) return false;
+    this.last = now;
+    return true;
+  }
+}
 
 export class ServerWatch {
   private calls = 0;
   private last = 0;
+  private readonly idle = new IdleProbe();
 
   /**
    * @param flag the segment's server-alive flag: `flag[flagIndex]` is 1 while it serves
@@ -33,6 +53,15 @@ export class ServerWatch {
   /** On every call: cheap unless the flag dropped or a liveness check is due. */
   onCall(): void {
     if (loadAcquire(this.flag, this.flagIndex) !== 1 || ((++this.calls & (LIVENESS_EVERY - 1)) === 0 && this.due())) this.check('call');
+  }
+
+  /**
+   * When a poll found nothing or a call found no free slot: the flag each time, liveness now
+   * and then (IdleProbe). Without it a client that polls and never waits spun forever on a
+   * dead server.
+   */
+  onIdle(what: string): void {
+    if (loadAcquire(this.flag, this.flagIndex) !== 1 || this.idle.due()) this.check(what);
   }
 
   /** Throws ServerDisconnected when the server closed or its thread is gone. */

@@ -27,8 +27,13 @@ export abstract class Waiter {
 
   /** Resolves when ready(); the event loop runs meanwhile. Rejects as waitSync throws. */
   wait(options: WaitOptions = {}): Promise<void> {
-    if (this.ready()) return Promise.resolve();
-    this.checkWait('wait');
-    return waitAsync(this.isReady, this.bell, this.plan('wait', options));
+    // A promise-returning call rejects; it never throws at the caller.
+    try {
+      if (this.ready()) return Promise.resolve();
+      this.checkWait('wait');
+      return waitAsync(this.isReady, this.bell, this.plan('wait', options));
+    } catch (err) {
+      return Promise.reject(err);
+    }
   }
 }

@@ -539,4 +539,132 @@ test('layouts of 2 GiB or more are refused at creation with EINVAL naming the si
   refused('delegationrpc', () => DelegationServer.create({ maxClients: 1, ringDepth: 1 << 17, respDepth: 1, requestBytes: 16384 }), 256 + (1 << 17) * 16448 + 64 + 64 + 128, /ringDepth 131072/);
 });
 
+test('delegationrpc: a reply refused for its size, or owing nothing, leaves the count as it was: the id stays taken until the last answer, and the next owner never gets it', () => {
+  const server = DelegationServer.create({ maxClients: 1, ringDepth: 8, respDepth: 2, requestBytes: 8, responseBytes: 8 });
+  const a = DelegationClient.connect<string>(server.name);
+  assert.ok(a.call(enc('A-0'), 'A0'));
+  assert.ok(a.call(enc('A-1'), 'A1'));
+  assert.is(server.poll(), 2);
+  const r0 = { ...server.recv()! };
+  const r1 = { ...server.recv()! };
+  server.advanceTail();
+  a.close(); // two answers owed: CLOSING
+  assert.throws(() => server.reply(r0.clientId, r0.respSlot, new Uint8Array(9)), (e: Coded) => e.code === 'EINVAL' && /reply of 9 bytes/.test(e.message));
+  server.reply(r0.clientId, r0.respSlot, enc('ansA-0'));
+  assert.throws(() => DelegationClient.connect(server.name), /max_clients = 1/, 'A-1 is still owed: the id stays taken');
+  server.reply(r1.clientId, r1.respSlot, enc('ansA-1'));
+  assert.throws(() => server.reply(r1.clientId, r1.respSlot, enc('again')), (e: Coded) => e.code === 'EINVAL' && /no request waiting/.test(e.message));
+  const b = DelegationClient.connect<string>(server.name);
+  assert.is(b.clientId, 0, 'released after the last answer');
+  assert.ok(b.call(enc('B-0'), 'B0'));
+  assert.is(server.poll(), 1);
+  const rb = server.recv()!;
+  server.reply(rb.clientId, rb.respSlot, enc('ansB-0'));
+  const got: string[] = [];
+  assert.is(b.poll((u, r) => got.push(`${u}:${dec(r)}`)), 1);
+  assert.equal(got, ['B0:ansB-0']);
+  b.close();
+  server.close();
+});
+
+test("a closed client's poll and wait throw ECLOSED: they never take the answers of the id's next owner (delegationrpc and ipc)", async () => {
+  {
+    const server = DelegationServer.create({ maxClients: 1, ringDepth: 8, respDepth: 2, requestBytes: 8, responseBytes: 8 });
+    const a = DelegationClient.connect<string>(server.name);
+    assert.ok(a.call(enc('A-0'), 'A0'));
+    a.close(); // CLOSING with one call in flight
+    assert.is(server.poll(), 1);
+    const ra = server.recv()!;
+    server.reply(ra.clientId, ra.respSlot, enc('ansA-0')); // the last answer: the id is released
+    server.advanceTail();
+    const b = DelegationClient.connect<string>(server.name);
+    assert.is(b.clientId, a.clientId, 'the next owner has the id');
+    assert.ok(b.call(enc('B-0'), 'B0'));
+    assert.is(server.poll(), 1);
+    const rb = server.recv()!;
+    server.reply(rb.clientId, rb.respSlot, enc('ansB-0'));
+    assert.throws(() => a.poll(), (e: Coded) => e.code === 'ECLOSED' && /after close\(\)/.test(e.message));
+    assert.throws(() => a.waitSync({ timeoutMs: 100 }), (e: Coded) => e.code === 'ECLOSED');
+    await a.wait({ timeoutMs: 100 }).then(() => assert.unreachable('wait after close resolved'), (e: Coded) => assert.is(e.code, 'ECLOSED'));
+    const got: string[] = [];
+    assert.is(b.poll((u, r) => got.push(`${u}:${dec(r)}`)), 1);
+    assert.equal(got, ['B0:ansB-0'], "B's answer reached B");
+    b.close();
+    server.close();
+  }
+  {
+    const server = IpcServer.create({ maxClients: 1, depth: 2, requestBytes: 8, responseBytes: 8 });
+    const a = IpcClient.connect<string>(server.name);
+    assert.ok(a.call(enc('A-0'), 'A0'));
+    const ra = take(server);
+    a.close();
+    server.reply(ra.clientId, ra.tag, enc('ansA-0'));
+    const b = IpcClient.connect<string>(server.name);
+    assert.is(b.clientId, a.clientId, 'the next owner has the id');
+    assert.ok(b.call(enc('B-0'), 'B0'));
+    const rb = take(server);
+    server.reply(rb.clientId, rb.tag, enc('ansB-0'));
+    assert.throws(() => a.poll(), (e: Coded) => e.code === 'ECLOSED' && /after close\(\)/.test(e.message));
+    assert.throws(() => a.waitSync({ timeoutMs: 100 }), (e: Coded) => e.code === 'ECLOSED');
+    const got: string[] = [];
+    assert.is(b.poll((u, r) => got.push(`${u}:${dec(r)}`)), 1);
+    assert.equal(got, ['B0:ansB-0'], "B's answer reached B");
+    b.close();
+    server.close();
+  }
+});
+
+test('a client that only polls (never waits) learns that its server closed: ServerDisconnected from poll() and from a call with no free slot (delegationrpc, ipc, Flux)', () => {
+  const isGone = (e: unknown) => e instanceof Error && e.name === 'ServerDisconnected';
+  {
+    const server = DelegationServer.create({ maxClients: 1, ringDepth: 8, respDepth: 1, requestBytes: 8, responseBytes: 8 });
+    const c = DelegationClient.connect<number>(server.name);
+    assert.ok(c.call(enc('x'), 0));
+    server.close();
+    assert.throws(() => c.call(enc('y'), 1), isGone, 'a call with no free slot');
+    assert.throws(() => c.poll(), isGone, 'an empty poll');
+    c.close();
+  }
+  {
+    const server = IpcServer.create({ maxClients: 1, depth: 1, requestBytes: 8, responseBytes: 8 });
+    const c = IpcClient.connect<number>(server.name);
+    assert.ok(c.call(enc('x'), 0));
+    server.close();
+    assert.throws(() => c.call(enc('y'), 1), isGone, 'a call with no free slot');
+    assert.throws(() => {
+      for (let i = 0; i < 1e6; i++) c.poll(); // the flag is checked at each empty poll
+    }, isGone, 'an empty poll');
+    c.close();
+  }
+  {
+    const n0 = FluxNode.create<number>({ nodes: 2, capacity: 4, maxInflight: 1, payloadBytes: 8 });
+    const n1 = FluxNode.join<number>(n0.name, 1);
+    assert.ok(n1.call(0, enc('x'), 0));
+    n0.close();
+    assert.throws(() => n1.call(0, enc('y'), 1), (e: unknown) => isGone(e) && /left the mesh with 1 call/.test((e as Error).message));
+    n1.close();
+  }
+});
+
+test('Flux: a node that keeps its ring to us full cannot starve another: receives go round robin', () => {
+  const n0 = FluxNode.create<number>({ nodes: 3, capacity: 8, maxInflight: 8, payloadBytes: 8 });
+  const n1 = FluxNode.join<number>(n0.name, 1);
+  const n2 = FluxNode.join<number>(n0.name, 2);
+  while (n1.call(0, enc('one'), 1));
+  assert.ok(n2.call(0, enc('two'), 2));
+  let answeredAt = -1;
+  for (let i = 0; i < 50 && answeredAt < 0; i++) {
+    const r = n0.tryRecv();
+    assert.ok(r, 'calls are waiting');
+    n0.reply(r.replyToken, r.payload);
+    n1.poll();
+    while (n1.call(0, enc('one'), 1)); // node 1 refills at once
+    if (n2.poll() === 1) answeredAt = i;
+  }
+  assert.ok(answeredAt >= 0 && answeredAt <= 2, `node 2 was answered at receive ${answeredAt} (never: -1)`);
+  n1.close();
+  n2.close();
+  n0.close();
+});
+
 test.run();
