@@ -404,6 +404,9 @@ export class DelegationServer extends Waiter {
     this.fenced[c] = 0;
     const l = this.layout;
     for (let s = 0; s < l.respDepth; s++) Atomics.store(this.u8, l.respArea + (c * l.respDepth + s) * l.respSlot + RESP.VALID, 0);
+    // A thread that died asleep in a wait never took itself off the sleeper count: every
+    // reply to the id's next owner would then pay a futex wake.
+    if (from === CLIENT_DEAD) Atomics.store(this.i32, this.clientBase(c) + CLIENT.SLEEPING, 0);
     // Only the server moves an id out of CLOSING or DEAD: the owner words are its to clear.
     clearOwner(this.i32, this.clientBase(c));
     Atomics.compareExchange(this.i32, this.clientBase(c) + CLIENT.STATE, from, CLIENT_RELEASED);

@@ -281,6 +281,9 @@ export class IpcServer extends Waiter {
     this.outstanding[c] = 0;
     Atomics.store(this.i32, line + ICLI.RESUME_REQ, this.cursor[c]);
     Atomics.store(this.i32, line + ICLI.RESUME_RESP, this.respPos[c]);
+    // A thread that died asleep in a wait never took itself off the sleeper count: every
+    // reply to the id's next owner would then pay a futex wake.
+    if (from === IPC_DEAD) Atomics.store(this.i32, line + ICLI.SLEEPING, 0);
     // Only the server moves an id out of CLOSING or DEAD: the owner words are its to clear.
     clearOwner(this.i32, line);
     if (Atomics.compareExchange(this.i32, line + ICLI.STATE, from, IPC_RELEASED) === from) this.live[c] = 0;

@@ -8,6 +8,8 @@ import * as assert from 'uvu/assert';
 import { DelegationClient, DelegationServer, FluxNode, IpcClient, IpcServer, ServerDisconnected } from '../../src/delegation/index.js';
 import { listSegments, sweepDeadSegments } from '../../src/host/segments.js';
 import { start } from './parties.js';
+import { CLIENT, clientWord } from '../../src/delegation/delegation-layout.js';
+import { clientBlock, ICLI } from '../../src/delegation/ipc-layout.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -258,6 +260,58 @@ test('Flux: a node that dies owing replies fails its callers\' waits with Server
   }
   assert.throws(() => FluxNode.join(caller.name, 1), /already joined/);
   caller.close();
+});
+
+test('a client SIGKILLed asleep in a wait: once its id is released, its sleeper count is clear, so the next owner pays no futex wake per reply (delegationrpc and ipc)', async () => {
+  for (const kind of ['dlg', 'ipc'] as const) {
+    const dlg = kind === 'dlg' ? DelegationServer.create({ maxClients: 1, ringDepth: 8, respDepth: 2, requestBytes: 8, responseBytes: 8, reapIntervalMs: 20 }) : undefined;
+    const ipc = kind === 'ipc' ? IpcServer.create({ maxClients: 1, depth: 2, requestBytes: 8, responseBytes: 8, reapIntervalMs: 20 }) : undefined;
+    const name = (dlg ?? ipc)!.name;
+    const i32 = (dlg ?? ipc) as unknown as { i32: Int32Array };
+    const p = start('processes', { role: `${kind}-sleep`, name });
+    const called = await p.next('called');
+    assert.is(called.event, 'called', JSON.stringify(called));
+    const c = called.clientId as number;
+    const word = dlg ? clientWord(dlg.layout, c) + CLIENT.SLEEPING : (clientBlock(ipc!.layout, c) >> 2) + ICLI.SLEEPING;
+    // Take its request, so that its id is released only through an answer to a dead client.
+    let taken: { clientId: number; slot: number } | undefined;
+    const end = performance.now() + 30_000;
+    while (!taken && performance.now() < end) {
+      if (dlg) {
+        if (dlg.poll() > 0) {
+          const e = dlg.recv()!;
+          taken = { clientId: e.clientId, slot: e.respSlot };
+          dlg.advanceTail();
+        }
+      } else {
+        const r = ipc!.recv();
+        if (r) taken = { clientId: r.clientId, slot: r.tag };
+      }
+      if (!taken) await sleep(1);
+    }
+    assert.ok(taken, 'the request arrived');
+    while (Atomics.load(i32.i32, word) === 0 && performance.now() < end) await sleep(2);
+    assert.is(Atomics.load(i32.i32, word), 1, 'the client sleeps in its wait');
+    await p.kill();
+    // The server notices the death (reaping), then the answer owed releases the id.
+    const attached = () => (dlg ? dlg.stats.clientsReaped : ipc!.stats.clientsReaped) > 0;
+    while (!attached() && performance.now() < end) {
+      // A busy server reaps every so many polls (and at most every reapIntervalMs).
+      for (let k = 0; k < 2048; k++) {
+        if (dlg) dlg.poll();
+        else ipc!.recv();
+      }
+      await sleep(2);
+    }
+    assert.ok(attached(), 'the dead client was reaped');
+    if (dlg) dlg.reply(taken!.clientId, taken!.slot, new Uint8Array(8));
+    else ipc!.reply(taken!.clientId, taken!.slot, new Uint8Array(8));
+    assert.is(Atomics.load(i32.i32, word), 0, `${kind}: the dead sleeper was taken off the count at release`);
+    const next = dlg ? DelegationClient.connect(name) : IpcClient.connect(name);
+    assert.is(next.clientId, c, 'the id went to its next owner');
+    next.close();
+    (dlg ?? ipc)!.close();
+  }
 });
 
 test.run();

@@ -8,7 +8,7 @@ import { DelegationClient, DelegationServer, FluxNode, IpcClient, IpcServer } fr
 import { openSegment } from '../../../src/host/segments.js';
 
 export interface PartySpec {
-  role: 'dlg-server' | 'dlg-client' | 'dlg-hang' | 'ipc-server' | 'ipc-client' | 'flux-node' | 'flux-caller' | 'hostile';
+  role: 'dlg-server' | 'dlg-client' | 'dlg-hang' | 'dlg-sleep' | 'ipc-sleep' | 'ipc-server' | 'ipc-client' | 'flux-node' | 'flux-caller' | 'hostile';
   name?: string;
   producer?: number;
   calls?: number;
@@ -212,6 +212,15 @@ try {
       c.begin(0);
       send({ event: 'reserved', clientId: c.clientId });
       for (;;) Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 1000);
+    }
+    case 'dlg-sleep':
+    case 'ipc-sleep': {
+      // One call, then asleep in a wait for its answer (killed there by the test).
+      const c = spec.role === 'dlg-sleep' ? DelegationClient.connect<number>(spec.name!) : IpcClient.connect<number>(spec.name!);
+      c.call(new Uint8Array(8), 0);
+      send({ event: 'called', clientId: c.clientId });
+      c.waitSync({ timeoutMs: 600_000 });
+      break;
     }
     case 'ipc-server':
       serveIpc();
