@@ -251,32 +251,36 @@ export class Driver<U> {
         // A copy: the ring bytes are only valid until the next poll, and handlers may await.
         out = s.handler(h.payload.slice(), h);
       } catch (err) {
-        this.answer(s, h, EMPTY, err);
+        this.answer(s, h, h.generation, EMPTY, err);
         continue;
       }
       if (out instanceof Promise) {
         this.handlers++;
         const req = h;
+        // The handler may reply through the handle itself; the pooled handle then serves a
+        // later request by the time this settles, which must not get this answer.
+        const gen = h.generation;
         out.then(
-          (v) => this.finish(s, req, v),
-          (err) => this.finish(s, req, EMPTY, err),
+          (v) => this.finish(s, req, gen, v),
+          (err) => this.finish(s, req, gen, EMPTY, err),
         );
       } else {
-        this.answer(s, h, out);
+        this.answer(s, h, h.generation, out);
       }
     }
     return n;
   }
 
-  private finish(s: Serving, h: RecvHandle<unknown>, v: Uint8Array | undefined, err?: unknown): void {
+  private finish(s: Serving, h: RecvHandle<unknown>, gen: number, v: Uint8Array | undefined, err?: unknown): void {
     this.handlers--;
-    this.answer(s, h, v, err);
+    this.answer(s, h, gen, v, err);
     this.kick();
   }
 
-  private answer(s: Serving, h: RecvHandle<unknown>, v: Uint8Array | undefined, err?: unknown): void {
+  /** Answers request `gen` of pooled handle h, unless it was answered already (h replied, maybe reused since). */
+  private answer(s: Serving, h: RecvHandle<unknown>, gen: number, v: Uint8Array | undefined, err?: unknown): void {
     if (err !== undefined) s.onError(err, h);
-    if (!h.live) return;
+    if (!h.live || h.generation !== gen) return;
     let out = v ?? EMPTY;
     if (!(out instanceof Uint8Array) || out.byteLength > h.responseAllowance) {
       s.onError(new WeftError('EINVAL', `${h.endpoint.name}: the handler's response (${out instanceof Uint8Array ? `${out.byteLength} bytes` : typeof out}) exceeds the caller's allowance of ${h.responseAllowance} bytes or is not a Uint8Array; an empty response was sent`), h);

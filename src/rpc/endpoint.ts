@@ -235,6 +235,9 @@ export class Endpoint<U = unknown> extends RecvParser<U> {
     // length, not byteLength: V8 inlines the first and calls a builtin for the second.
     if (!(payload instanceof Uint8Array) || (responseAllowance >>> 0) !== responseAllowance) this.badCall(payload, responseAllowance);
     const len = payload.length;
+    // The raw sizes first: the 32-bit rounding below wraps for sizes near 2^31, and a wrapped
+    // (negative) size would pass the checks after it.
+    if (responseAllowance > this.peerCap || len > this.maxMessage) this.badCall(payload, responseAllowance);
     const ia = ((HEADER_SIZE + responseAllowance + 31) & ~31) + META;
     const m = (HEADER_SIZE + len + 31) & ~31;
     if (ia > this.peerCap || m > this.maxMessage) this.badCall(payload, responseAllowance);
@@ -277,7 +280,8 @@ export class Endpoint<U = unknown> extends RecvParser<U> {
     if (!(bytes instanceof Uint8Array)) throw new WeftError('EINVAL', `${this.name}: reply(bytes) to call ${h.callId} needs a Uint8Array, got ${describe(bytes)}`);
     const len = bytes.length;
     const m = (HEADER_SIZE + len + 31) & ~31;
-    if (m + META > h.internalAllowance) {
+    // len first: m wraps negative for lengths near 2^31.
+    if (len > h.internalAllowance || m + META > h.internalAllowance) {
       throw new WeftError('EINVAL', `${this.name}: reply of ${len} bytes to call ${h.callId} exceeds the caller's response allowance of ${responsePayloadLimit(h.internalAllowance)} bytes; send less, or have the caller pass a larger responseAllowance`);
     }
     const callId = h.callId;

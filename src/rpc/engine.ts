@@ -434,6 +434,7 @@ export class RpcEngine<U = unknown> implements RpcHost<U>, CompletionSink {
     h.internalAllowance = internalAllowance;
     h.holdSeq = holdSeq;
     h.live = true;
+    h.generation++;
     if (this.qTail === this.queue.length) this.growQueue();
     this.queue[this.qTail++] = h;
   }

@@ -23,6 +23,11 @@ export class RecvHandle<U = unknown> {
   holdSeq = 0;
   /** @internal false once replied (the object is back in the pool) */
   live = false;
+  /**
+   * @internal Grows each time the pooled object is handed out for a request: code that keeps
+   * the handle across an await (serve's async handlers) checks it is still the same request.
+   */
+  generation = 0;
 
   /** The recv ring the payload lives in (payload valid until the next poll). */
   get buffer(): Uint8Array {

@@ -201,11 +201,18 @@ async function stress(): Promise<unknown> {
 async function request(): Promise<unknown> {
   const { ctx, eps } = await joinRpcMesh<unknown>(rank, n, provider, {}, { sendRingSize: 1 << 16, recvRingSize: 1 << 16 });
   if (rank % 2 === 1) {
-    const server = ctx.serve(async (payload) => {
+    const server = ctx.serve(async (payload, h) => {
       if (payload[0] === 0xff) throw new Error('handler refused');
       if (payload[0] === 0xfe) await new Promise((r) => setTimeout(r, 5));
       const out = new Uint8Array(payload.length);
       for (let i = 0; i < payload.length; i++) out[i] = payload[i] ^ 0x55;
+      if (payload[0] === 0xfc) {
+        // A handler that replies through the handle, then returns later: by then the pooled
+        // handle carries another request, which must not get this return value.
+        h.reply(out);
+        await new Promise((r) => setTimeout(r, 2));
+        return Uint8Array.of(0xde, 0xad);
+      }
       return out;
     }, { onError: () => {} });
     process.send!({ type: 'result', rank, result: { serving: true } });
@@ -226,6 +233,7 @@ async function request(): Promise<unknown> {
       const len = i % 300;
       const payload = new Uint8Array(len).map((_, j) => (i + j) & 0xfd);
       if (i % 97 === 0 && len > 0) payload[0] = 0xfe;
+      if (i % 89 === 0 && len > 0) payload[0] = 0xfc;
       const resp = await ep.request(payload, { timeoutMs: 10_000 });
       let good = resp.length === len;
       for (let j = 0; good && j < len; j++) if (resp[j] !== (payload[j] ^ 0x55)) good = false;
