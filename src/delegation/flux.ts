@@ -22,7 +22,7 @@ import { FutexBell, ringBell } from '../host/futex-bell.js';
 import type { WaitPlan } from '../host/wait.js';
 import { Deadline, type WaitOptions } from '../util/deadline.js';
 import { ServerDisconnected } from './errors.js';
-import { IdleProbe } from './server-watch.js';
+import { LivenessProbe } from './server-watch.js';
 import { checkFluxGeometry, FNODE, fluxLayoutOf, NODE_ATTACHED, NODE_CLOSED, NODE_FREE, NODE_JOINING, nodeLine, readFluxHeader, ringOffset, writeFluxHeader, type FluxGeometry, type FluxLayout } from './flux-layout.js';
 import { OWNER_PID, ownerAlive, ownerLabel, writeOwner } from './owner.js';
 import { createLayerSegment, defaultJob, openLayerSegment, removeLayerSegment } from './segment.js';
@@ -138,7 +138,7 @@ export class FluxNode<T = unknown> extends Waiter {
   }
 
   /** Liveness checks on paths that find nothing (server-watch.ts). */
-  private readonly idle = new IdleProbe();
+  private readonly idle = new LivenessProbe();
 
   /** Calls this node made that have not been answered yet. */
   get inFlight(): number {

@@ -13,16 +13,19 @@ const LIVENESS_MS = 50;
 const IDLE_EVERY = 64;
 
 /**
- * When to check a peer's liveness on a path that found nothing to do (an empty poll, a call
- * with no free slot): every IDLE_EVERY-th time, at most every LIVENESS_MS. A party that only
- * polls, and never waits, learns of a dead peer there.
+ * When to check a peer's liveness: every `every`-th time (a power of two), at most every
+ * LIVENESS_MS. On calls (every 1024th), and on paths that found nothing to do (an empty poll,
+ * a call with no free slot: every 64th), where a party that only polls, and never waits,
+ * learns of a dead peer.
  */
-export class IdleProbe {
+export class LivenessProbe {
   private n = 0;
   private last = 0;
 
+  constructor(private readonly every: number = IDLE_EVERY) {}
+
   due(): boolean {
-    if ((++this.n & (IDLE_EVERY - 1)) !== 0) return false;
+    if ((++this.n & (this.every - 1)) !== 0) return false;
     const now = performance.now();
     if (now - this.last < LIVENESS_MS) return false;
     this.last = now;
@@ -31,9 +34,8 @@ export class IdleProbe {
 }
 
 export class ServerWatch {
-  private calls = 0;
-  private last = 0;
-  private readonly idle = new IdleProbe();
+  private readonly calls = new LivenessProbe(LIVENESS_EVERY);
+  private readonly idle = new LivenessProbe(IDLE_EVERY);
 
   /**
    * @param flag the segment's server-alive flag: `flag[flagIndex]` is 1 while it serves
@@ -52,12 +54,12 @@ export class ServerWatch {
 
   /** On every call: cheap unless the flag dropped or a liveness check is due. */
   onCall(): void {
-    if (loadAcquire(this.flag, this.flagIndex) !== 1 || ((++this.calls & (LIVENESS_EVERY - 1)) === 0 && this.due())) this.check('call');
+    if (loadAcquire(this.flag, this.flagIndex) !== 1 || this.calls.due()) this.check('call');
   }
 
   /**
    * When a poll found nothing or a call found no free slot: the flag each time, liveness now
-   * and then (IdleProbe). Without it a client that polls and never waits spun forever on a
+   * and then (LivenessProbe). Without it a client that polls and never waits spun forever on a
    * dead server.
    */
   onIdle(what: string): void {
@@ -69,12 +71,5 @@ export class ServerWatch {
     const open = Atomics.load(this.flag, this.flagIndex) === 1;
     if (open && Atomics.load(this.i32, this.line) === 1 && ownerAlive(this.i32, this.line)) return;
     throw new ServerDisconnected(`${this.who}: ${what}: the server of ${this.name} (${ownerLabel(this.i32, this.line)}) ${open ? 'died' : 'closed'}; ${this.lost()}; reconnect to a new server`);
-  }
-
-  private due(): boolean {
-    const now = performance.now();
-    if (now - this.last < LIVENESS_MS) return false;
-    this.last = now;
-    return true;
   }
 }

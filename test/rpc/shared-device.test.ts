@@ -5,28 +5,15 @@
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { spawn } from 'node:child_process';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { providers } from './setup.js';
+import { runWeft } from '../../harness/weft-job.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
-const WEFT = path.resolve(here, '..', '..', '..', 'bin', 'weft.js');
 const RANK = path.join(here, 'workers', 'shared-device.js');
 
-function run(provider: string): Promise<{ code: number | null; out: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, [WEFT, 'run', '-n', '2', '--provider', provider, RANK], { env: { ...process.env, NO_COLOR: '1' }, stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    child.stdout.on('data', (d) => (out += d));
-    child.stderr.on('data', (d) => (out += d));
-    const timer = setTimeout(() => child.kill('SIGKILL'), 120_000);
-    child.on('exit', (code) => {
-      clearTimeout(timer);
-      resolve({ code, out });
-    });
-  });
-}
+const run = (provider: string) => runWeft(['run', '-n', '2', '--provider', provider, RANK], 120_000);
 
 for (const provider of providers) {
   test(`collectives and copyrpc share one device (${provider}): 200 rounds of allreduce while 2,000 requests run, and an rdmaRead of a ctx.alloc array`, async () => {
