@@ -19,6 +19,7 @@
         "native/fail.cc",
         "native/shm.cc",
         "native/futex.cc",
+        "native/membarrier.cc",
         "native/proc.cc",
         "native/reduce.cc",
         "native/reduce_isa.cc"

@@ -6,6 +6,7 @@
 static Napi::Object InitWeft(Napi::Env env, Napi::Object exports) {
   weft::InitShm(env, exports);
   weft::InitFutex(env, exports);
+  weft::InitMembarrier(env, exports);
   weft::InitProc(env, exports);
   weft::InitReduce(env, exports);
   return exports;

@@ -5,6 +5,7 @@
 namespace weft {
 void InitShm(Napi::Env env, Napi::Object exports);
 void InitFutex(Napi::Env env, Napi::Object exports);
+void InitMembarrier(Napi::Env env, Napi::Object exports);
 void InitProc(Napi::Env env, Napi::Object exports);
 void InitOfi(Napi::Env env, Napi::Object exports);
 void InitReduce(Napi::Env env, Napi::Object exports);

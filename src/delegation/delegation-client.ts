@@ -16,8 +16,9 @@
 import { availableParallelism } from 'node:os';
 import { WeftError } from '../errors.js';
 import { loadAcquire, PLAIN_LOAD_ACQUIRES } from '../host/acquire.js';
-import { copyToShared } from '../host/copy.js';
+import { ShortCopier } from '../host/copy.js';
 import { FutexBell, ringBell } from '../host/futex-bell.js';
+import { plainPublishAllowed } from '../host/remote-fence.js';
 import { waitSync, type WaitPlan } from '../host/wait.js';
 import { Deadline, type WaitOptions } from '../util/deadline.js';
 import {
@@ -77,6 +78,9 @@ export class DelegationClient<U = unknown> extends Waiter {
   private tailSeen = 0;
   private epochSeen = -1;
   private readonly epochWord: number;
+  /** Commit with a plain store: x86, this process registered for remote fences, and a server whose sleeps fence. */
+  private readonly plainCommit: boolean;
+  private readonly copier = new ShortCopier();
   private closed = false;
 
   private constructor(name: string, sab: SharedArrayBuffer, layout: DelegationLayout, clientId: number, o: DelegationClientOptions) {
@@ -96,9 +100,13 @@ export class DelegationClient<U = unknown> extends Waiter {
     for (let s = 0; s < layout.respDepth; s++) this.responses.push(new Uint8Array(sab, this.respBase + s * layout.respSlot + RESP.PAYLOAD, layout.responseBytes));
     this.users = new Array<U | undefined>(layout.respDepth).fill(undefined);
     this.busy = new Uint8Array(layout.respDepth);
-    this.bell = new FutexBell(this.i32, this.base + CLIENT.SLEEPING, this.base + CLIENT.BELL);
+    // A server that publishes SERVER.FENCES may mark responses valid with plain stores: this
+    // client's sleeps must then fence (host/remote-fence.ts).
+    const fences = Atomics.load(this.i32, this.srv + SERVER.FENCES) === 1;
+    this.bell = new FutexBell(this.i32, this.base + CLIENT.SLEEPING, this.base + CLIENT.BELL, fences);
     this.tailBell = new FutexBell(this.i32, this.srv + SERVER.TAIL_SLEEPING, this.srv + SERVER.TAIL_BELL);
     this.timeoutMs = o.timeoutMs;
+    this.plainCommit = fences && plainPublishAllowed();
     this.watch = new ServerWatch(this.u8, H.SERVER_ALIVE, this.i32, this.srv + SERVER.STATE, `DelegationClient ${clientId}`, name, () => `${this.inflight} call(s) in flight are lost`);
   }
 
@@ -148,7 +156,7 @@ export class DelegationClient<U = unknown> extends Waiter {
   call(payload: Uint8Array, userData?: U): boolean {
     if (payload.length > this.layout.requestBytes) throw new WeftError('EINVAL', `DelegationClient ${this.clientId}: request of ${payload.length} bytes, the ring at ${this.name} takes ${this.layout.requestBytes}`);
     if (this.begin(userData) === null) return false;
-    copyToShared(this.u8, this.i32, this.openOffset + SLOT.PAYLOAD, payload, payload.length);
+    this.copier.copy(this.u8, this.i32, this.openOffset + SLOT.PAYLOAD, payload, payload.length);
     this.commit();
     return true;
   }
@@ -205,7 +213,11 @@ export class DelegationClient<U = unknown> extends Waiter {
     if (this.closed) throw new WeftError('ECLOSED', `DelegationClient ${this.clientId} of ${this.name}: commit() after close(): the request begun was abandoned; connect again to send it`);
     const off = this.openOffset;
     if (off < 0) throw new WeftError('EINVAL', `DelegationClient ${this.clientId}: commit() without begin()`);
-    Atomics.store(this.u8, off + SLOT.COMMITTED, 1);
+    // A plain store where the server's sleeps fence (host/remote-fence.ts): Atomics.store's full
+    // fence made this thread wait for the slot's cache line to come back from the server, a
+    // sixth of a call. x86 keeps it after the payload's stores: it is a release store there.
+    if (this.plainCommit) this.u8[off + SLOT.COMMITTED] = 1;
+    else Atomics.store(this.u8, off + SLOT.COMMITTED, 1);
     // The server's hole check relies on this order: a phase it reads as idle means the commit
     // is visible. x86 keeps stores in order; elsewhere a later plain store may pass the commit.
     if (PLAIN_LOAD_ACQUIRES) this.i32[this.base + CLIENT.PHASE] = PHASE_IDLE;

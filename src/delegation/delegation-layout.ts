@@ -45,8 +45,10 @@ export const RESP = { VALID: 0, PAYLOAD: 8 } as const;
  * TAIL_EPOCH counts the times the tail crossed a multiple of TAIL_EPOCH positions: a client
  * that saw it unchanged knows its cached tail is less than that far behind, so comparing
  * 32-bit positions with the cached value is exact (section "delegationrpc" of wire-format.md).
+ * FENCES is 1 when the server, going to sleep, fences every registered process
+ * (host/remote-fence.ts): a registered client on x86 then commits with a plain store.
  */
-export const SERVER = { STATE: 0, SLEEPING: 5, BELL: 6, TAIL_SLEEPING: 7, TAIL_BELL: 8, TAIL_EPOCH: 9 } as const;
+export const SERVER = { STATE: 0, SLEEPING: 5, BELL: 6, TAIL_SLEEPING: 7, TAIL_BELL: 8, TAIL_EPOCH: 9, FENCES: 10 } as const;
 /** Tail positions per TAIL_EPOCH step (2^30: far below the 2^32 of the positions' low word). */
 export const TAIL_EPOCH = 1 << 30;
 /**

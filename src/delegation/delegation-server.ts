@@ -18,8 +18,9 @@
 import { availableParallelism } from 'node:os';
 import { WeftError } from '../errors.js';
 import { loadAcquire } from '../host/acquire.js';
-import { copyToShared } from '../host/copy.js';
+import { ShortCopier } from '../host/copy.js';
 import { ringBell, FutexBell } from '../host/futex-bell.js';
+import { joinRemoteFences, plainPublishAllowed } from '../host/remote-fence.js';
 import type { WaitPlan } from '../host/wait.js';
 import { Deadline, type WaitOptions } from '../util/deadline.js';
 import {
@@ -98,6 +99,11 @@ export class DelegationServer extends Waiter {
   private polls = 0;
   private lastReap = 0;
   private closed = false;
+  /** This server's sleeps fence every registered process (published as SERVER.FENCES). */
+  private readonly fences: boolean;
+  /** Mark responses valid with a plain store: x86 and fences (clients' sleeps then fence too). */
+  private readonly plainValid: boolean;
+  private readonly copier = new ShortCopier();
 
   private constructor(name: string, sab: SharedArrayBuffer, layout: DelegationLayout, o: DelegationServerOptions) {
     super();
@@ -113,7 +119,10 @@ export class DelegationServer extends Waiter {
     this.fence = new Int32Array(layout.maxClients);
     this.fenced = new Uint8Array(layout.maxClients);
     this.entry = { clientId: 0, respSlot: 0, payload: this.payloads[0] };
-    this.bell = new FutexBell(this.i32, this.srv + SERVER.SLEEPING, this.srv + SERVER.BELL);
+    // Clients that may commit with a plain store (no fence) rely on this bell's sleeps fencing.
+    this.fences = joinRemoteFences();
+    this.plainValid = this.fences && plainPublishAllowed();
+    this.bell = new FutexBell(this.i32, this.srv + SERVER.SLEEPING, this.srv + SERVER.BELL, this.fences);
     this.holeTimeoutMs = o.holeTimeoutMs ?? 100;
     this.reapIntervalMs = o.reapIntervalMs ?? 100;
   }
@@ -137,6 +146,7 @@ export class DelegationServer extends Waiter {
     writeHeader(new DataView(sab), layout);
     const server = new DelegationServer(name, sab, layout, options);
     writeOwner(server.i32, server.srv);
+    Atomics.store(server.i32, server.srv + SERVER.FENCES, server.fences ? 1 : 0);
     Atomics.store(server.i32, server.srv + SERVER.STATE, 1);
     Atomics.store(server.u8, H.SERVER_ALIVE, 1);
     return server;
@@ -241,9 +251,12 @@ export class DelegationServer extends Waiter {
     const state = loadAcquire(this.i32, base + CLIENT.STATE);
     if (state === CLIENT_ATTACHED || state === CLIENT_CLOSING) {
       if (payload !== undefined) {
-        copyToShared(this.u8, this.i32, this.layout.respArea + index * this.layout.respSlot + RESP.PAYLOAD, payload, payload.length);
+        this.copier.copy(this.u8, this.i32, this.layout.respArea + index * this.layout.respSlot + RESP.PAYLOAD, payload, payload.length);
       }
-      Atomics.store(this.u8, this.layout.respArea + index * this.layout.respSlot + RESP.VALID, 1);
+      // Plain where the client's sleeps fence (SERVER.FENCES), as the client's commit.
+      const valid = this.layout.respArea + index * this.layout.respSlot + RESP.VALID;
+      if (this.plainValid) this.u8[valid] = 1;
+      else Atomics.store(this.u8, valid, 1);
       ringBell(this.i32, base + CLIENT.SLEEPING, base + CLIENT.BELL);
       if (state === CLIENT_CLOSING && left <= 0) this.releaseWhenDrained(clientId, CLIENT_CLOSING);
     } else if (state === CLIENT_DEAD && left <= 0) {

@@ -8,7 +8,7 @@
  * for a new message.
  */
 import { loadAcquire } from '../host/acquire.js';
-import { copyToShared } from '../host/copy.js';
+import { ShortCopier } from '../host/copy.js';
 import { line } from './segment.js';
 
 /** Byte offsets inside a slot. */
@@ -27,6 +27,7 @@ export class StampedRing {
   private readonly stampWord: Int32Array;
   private readonly u8: Uint8Array;
   private readonly payloads: Uint8Array[] = [];
+  private readonly copier = new ShortCopier();
 
   constructor(
     private readonly i32: Int32Array,
@@ -48,7 +49,7 @@ export class StampedRing {
 
   /** Producer: copies `src` (at most the payload size) into the slot of `pos`, before publish(). */
   fill(pos: number, src: Uint8Array): void {
-    copyToShared(this.u8, this.i32, this.base + (pos & this.mask) * this.slotBytes + PAYLOAD, src, src.length);
+    this.copier.copy(this.u8, this.i32, this.base + (pos & this.mask) * this.slotBytes + PAYLOAD, src, src.length);
   }
 
   /** Producer: makes the message at `pos` (payload already written) visible with `tag`. */

@@ -15,7 +15,8 @@
  * Where it is used: a load that is not the one a wait spins on (those stay `Atomics.load`, so
  * a loop of polls always has a real synchronizing load), such as the second and later slots of
  * a scan, a sleeper count before a wake-up, or a word that changes once in a long while.
- * Stores that publish data always stay `Atomics.store`.
+ * Stores that publish data stay `Atomics.store`, except toward a sleeper that fences with
+ * membarrier (host/remote-fence.ts): x86 keeps a plain store after the stores before it.
  */
 export const PLAIN_LOAD_ACQUIRES = process.arch === 'x64' || process.arch === 'ia32';
 

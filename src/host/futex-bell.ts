@@ -7,11 +7,13 @@
  */
 import { native } from '../native/binding.js';
 import { loadAcquire } from './acquire.js';
+import { fenceRemoteThreads } from './remote-fence.js';
 import type { Doorbell } from './wait.js';
 
 /**
  * Wakes the sleepers on (words[sleeping], words[bell]), if any: call after publishing with
- * Atomics.store (or another atomic write), whose full barrier orders this load after it.
+ * Atomics.store (or another atomic write), whose full barrier orders this load after it, or
+ * with a plain store toward a bell made with `fences` (whose sleepers order it for you).
  */
 export function ringBell(words: Int32Array, sleeping: number, bell: number): void {
   if (loadAcquire(words, sleeping) !== 0) {
@@ -20,20 +22,30 @@ export function ringBell(words: Int32Array, sleeping: number, bell: number): voi
   }
 }
 
+/** Sleep slice of a fencing bell whose barrier failed: a plain-store publisher may go unseen. */
+const UNFENCED_SLEEP_MS = 1;
+
 /** The sleeping side of ringBell, as a Doorbell of the one waiting loop (host/wait.ts). */
 export class FutexBell implements Doorbell {
+  /**
+   * `fences`: after registering as a sleeper, make every registered process's running threads
+   * execute a full barrier (host/remote-fence.ts) before looking again, so that producers may
+   * publish with plain stores. Only for bells whose producers rely on it.
+   */
   constructor(
     private readonly words: Int32Array,
     private readonly sleeping: number,
     private readonly bell: number,
+    private readonly fences = false,
   ) {}
 
   sleepSync(ms: number, ready: () => boolean): void {
     const w = this.words;
     Atomics.add(w, this.sleeping, 1);
     try {
+      const slice = this.fences && !fenceRemoteThreads() ? Math.min(ms, UNFENCED_SLEEP_MS) : ms;
       const seen = Atomics.load(w, this.bell);
-      if (!ready()) native.futexWait(w, this.bell, seen, ms);
+      if (!ready()) native.futexWait(w, this.bell, seen, slice);
     } finally {
       Atomics.sub(w, this.sleeping, 1);
     }
@@ -43,8 +55,9 @@ export class FutexBell implements Doorbell {
     const w = this.words;
     Atomics.add(w, this.sleeping, 1);
     try {
+      const slice = this.fences && !fenceRemoteThreads() ? Math.min(ms, UNFENCED_SLEEP_MS) : ms;
       const seen = Atomics.load(w, this.bell);
-      if (!ready()) await native.futexWaitAsync(w, this.bell, seen, ms);
+      if (!ready()) await native.futexWaitAsync(w, this.bell, seen, slice);
     } finally {
       Atomics.sub(w, this.sleeping, 1);
     }

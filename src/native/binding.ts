@@ -113,6 +113,10 @@ export interface NativeBinding {
   futexWake(word: Int32Array, index: number, count?: number): number;
   futexWait(word: Int32Array, index: number, expected: number, timeoutMs: number): FutexResult;
   futexWaitAsync(word: Int32Array, index: number, expected: number, timeoutMs: number): Promise<FutexResult>;
+  /** Registers this process for global expedited membarriers (once); false where the kernel or a seccomp filter refuses. */
+  membarrierRegister(): boolean;
+  /** A full memory barrier on every running thread of every registered process (membarrier(2)); false if the call failed. */
+  membarrierGlobal(): boolean;
   processStartTime(pid: number): number;
   processAlive(pid: number, startTime?: number): boolean;
   /**
