@@ -7,7 +7,10 @@
  *
  * Each run of a point is a fresh set of workers/processes (bench/ipc/harness.ts); without
  * --calls, a short pilot run first sizes the calls per client to about --seconds of measured
- * time. A point reports the median over runs of throughput (all clients' measured calls over
+ * time. The systems of a point take turns, run after run (order rotated each run), and the
+ * report compares a system with the floor run by run: this machine's speed moves in phases of
+ * seconds, and a ratio of medians measured minutes apart compared two phases, not two systems.
+ * A point reports the median over runs of throughput (all clients' measured calls over
  * the slowest client's time) and rtt_us (median client time over calls/qd: the mean time a
  * call is in flight, the round trip at qd 1). Points whose busy threads (server + clients)
  * exceed os.availableParallelism() are marked oversubscribed (`*`).
@@ -83,6 +86,24 @@ function sized(calls: number, ms: number, seconds: number): number {
   return Math.min(50_000_000, Math.max(1000, Math.round(((calls / ms) * 1000 * seconds) / 100) * 100));
 }
 
+/** One system at one point: its pilot-sized calls, its runs so far. */
+interface Contender {
+  name: string;
+  module?: string;
+  system: IpcSystem;
+  label: string;
+  calls?: number;
+  cfg?: PointConfig;
+  runs: number[][];
+  resized: number;
+  failed: boolean;
+}
+
+/**
+ * Every point (placement x clients x qd x bytes) runs all systems in turn, run after run,
+ * the order rotated each run: on a shared machine whose speed moves in phases of seconds, a
+ * system's runs sit beside its peers' runs, so the per-run ratios compare like with like.
+ */
 export async function runIpcBench(o: IpcBenchOptions): Promise<{ records: IpcRecord[]; skipped: string[] }> {
   const log = o.log ?? ((line: string) => process.stderr.write(`${line}\n`));
   const cores = availableParallelism();
@@ -94,81 +115,115 @@ export async function runIpcBench(o: IpcBenchOptions): Promise<{ records: IpcRec
   };
   const swept = sweepBenchSegments();
   if (swept.length) log(`  removed ${swept.length} segment(s) of earlier runs whose processes are gone`);
+  const loaded: { name: string; module?: string; system: IpcSystem }[] = [];
   for (const name of o.systems) {
     const module = o.modules?.[name];
     if (!module && !SYSTEMS[name]) {
       skip(`${name}: skipped (not in bench/ipc/systems/index.ts)`);
       continue;
     }
-    let system: IpcSystem;
     try {
-      system = await loadSystem(name, module);
+      loaded.push({ name, module, system: await loadSystem(name, module) });
     } catch (err) {
       skip(`${name}: skipped (${(err as Error).message.split('\n')[0]})`);
-      continue;
     }
-    for (const placement of o.placements) {
-      if (!system.placements.includes(placement)) continue;
-      for (const clients of o.clients) {
-        for (const qd of o.qd) {
-          for (const bytes of o.bytes) {
-            const shape = { clients, qd, bytes };
-            const label = `${name} ${placement} clients=${clients} qd=${qd} ${bytes} B`;
-            const point = (cfg: PointConfig) => runPoint({ system, name, module, placement, cfg, timeoutMs: o.timeoutMs });
+  }
+  for (const placement of o.placements) {
+    for (const clients of o.clients) {
+      for (const qd of o.qd) {
+        for (const bytes of o.bytes) {
+          const shape = { clients, qd, bytes };
+          const contenders: Contender[] = loaded
+            .filter((l) => l.system.placements.includes(placement))
+            .map((l) => ({ ...l, label: `${l.name} ${placement} clients=${clients} qd=${qd} ${bytes} B`, calls: o.calls, runs: [], resized: 0, failed: false }));
+          const point = (c: Contender, cfg: PointConfig) => runPoint({ system: c.system, name: c.name, module: c.module, placement, cfg, timeoutMs: o.timeoutMs });
+          const fail = (c: Contender, err: unknown) => {
+            c.failed = true;
+            skip(`${c.label}: skipped (${(err as Error).message.split('\n')[0]})`);
+          };
+          for (const c of contenders) {
             try {
-              let calls = o.calls;
-              if (calls === undefined) {
+              if (c.calls === undefined) {
                 // Pilot runs, longer until one measures PILOT_MS (a short one is dominated by
                 // the JIT's warming up and by a busy machine's stalls of spinning threads).
                 let n = pilotCalls(qd);
                 for (let i = 0; ; i++) {
-                  const ms = Math.max(...(await point(config(shape, n))));
+                  const ms = Math.max(...(await point(c, config(shape, n))));
                   if (ms >= PILOT_MS || i === 3) {
-                    calls = sized(n, ms, o.seconds);
+                    c.calls = sized(n, ms, o.seconds);
                     break;
                   }
                   n = Math.ceil((n / ms) * PILOT_MS * 2);
                 }
               }
-              let cfg = config(shape, calls);
-              const runs: number[][] = [];
-              for (let resized = 0; runs.length < o.runs; ) {
-                const ms = await point(cfg);
+              c.cfg = config(shape, c.calls);
+            } catch (err) {
+              fail(c, err);
+            }
+          }
+          // Rounds until every system has its runs (a resize below costs a system its runs so far).
+          for (let round = 0; round < o.runs * 4 && contenders.some((c) => !c.failed && c.runs.length < o.runs); round++) {
+            const live = contenders.filter((c) => !c.failed);
+            for (let k = 0; k < live.length; k++) {
+              const c = live[(k + round) % live.length];
+              if (c.runs.length >= o.runs) continue;
+              try {
+                const ms = await point(c, c.cfg!);
                 // A run more than 3x off the target (a pilot slowed down by a system's start
-                // or a busy machine) sizes the calls again, and the point starts over.
+                // or a busy machine) sizes the calls again, and the system's runs start over.
                 const t = Math.max(...ms) / 1000;
-                if (o.calls === undefined && resized < 2 && (t < o.seconds / 3 || t > o.seconds * 3)) {
-                  const next = sized(cfg.calls, t * 1000, o.seconds);
-                  if (next !== cfg.calls) {
-                    resized++;
-                    calls = next;
-                    cfg = config(shape, calls);
-                    runs.length = 0;
+                if (o.calls === undefined && c.resized < 2 && (t < o.seconds / 3 || t > o.seconds * 3)) {
+                  const next = sized(c.calls!, t * 1000, o.seconds);
+                  if (next !== c.calls) {
+                    c.resized++;
+                    c.calls = next;
+                    c.cfg = config(shape, next);
+                    c.runs.length = 0;
                     continue;
                   }
                 }
-                runs.push(ms);
+                c.runs.push(ms);
+              } catch (err) {
+                fail(c, err);
               }
-              const cps = runs.map((ms) => (clients * calls! * 1000) / Math.max(...ms));
-              const rtt = runs.map((ms) => (median(ms) * 1000 * qd) / calls!);
-              const busy = busyThreads(clients);
-              const rec: IpcRecord = {
-                bench: 'ipc', system: name, provider: placement, placement, clients, qd, bytes, calls, warmup: cfg.warmup,
-                calls_per_s: median(cps), rtt_us: median(rtt), oversubscribed: busy > cores, busy_threads: busy,
-                metric: 'calls_per_s', median: median(cps), unit: 'calls/s', runs: cps, rtt_runs: rtt,
-              };
-              records.push(rec);
-              if (o.json) console.log(JSON.stringify(rec));
-              else log(`  ${label}: ${formatNumber(rec.calls_per_s)} calls/s, ${rec.rtt_us.toFixed(2)} us${rec.oversubscribed ? ' (oversubscribed)' : ''}`);
-            } catch (err) {
-              skip(`${label}: skipped (${(err as Error).message.split('\n')[0]})`);
             }
+          }
+          for (const c of contenders) {
+            if (c.failed) continue;
+            if (c.runs.length < o.runs) {
+              skip(`${c.label}: skipped (its calls were sized again too often to finish ${o.runs} runs)`);
+              continue;
+            }
+            const calls = c.calls!;
+            const cps = c.runs.map((ms) => (clients * calls * 1000) / Math.max(...ms));
+            const rtt = c.runs.map((ms) => (median(ms) * 1000 * qd) / calls);
+            const busy = busyThreads(clients);
+            const rec: IpcRecord = {
+              bench: 'ipc', system: c.name, provider: placement, placement, clients, qd, bytes, calls, warmup: c.cfg!.warmup,
+              calls_per_s: median(cps), rtt_us: median(rtt), oversubscribed: busy > cores, busy_threads: busy,
+              metric: 'calls_per_s', median: median(cps), unit: 'calls/s', runs: cps, rtt_runs: rtt,
+            };
+            records.push(rec);
+            if (o.json) console.log(JSON.stringify(rec));
+            else log(`  ${c.label}: ${formatNumber(rec.calls_per_s)} calls/s, ${rec.rtt_us.toFixed(2)} us${rec.oversubscribed ? ' (oversubscribed)' : ''}`);
           }
         }
       }
     }
   }
+  // Table order: by system (as asked for), then placement, clients, qd, bytes.
+  const rank = new Map(o.systems.map((n, i) => [n, i]));
+  records.sort((x, y) => (rank.get(x.system)! - rank.get(y.system)!) || o.placements.indexOf(x.placement) - o.placements.indexOf(y.placement) || x.clients - y.clients || x.qd - y.qd || x.bytes - y.bytes);
   return { records, skipped };
+}
+
+/**
+ * The median over runs of a's run / b's run: both measured in the same rounds (runIpcBench
+ * interleaves the systems of a point), so each ratio compares runs made side by side.
+ */
+export function pairedRatio(a: IpcRecord, b: IpcRecord): number {
+  const n = Math.min(a.runs.length, b.runs.length);
+  return median(Array.from({ length: n }, (_, i) => a.runs[i] / b.runs[i]));
 }
 
 const bestOf = (rs: IpcRecord[]) => rs.reduce<IpcRecord | undefined>((b, r) => (!b || r.calls_per_s > b.calls_per_s ? r : b), undefined);
@@ -187,7 +242,7 @@ export function ipcReport(records: IpcRecord[], cores = availableParallelism()):
     // Node's baseline: postMessage between threads, node:net between processes.
     const baseName = placement === 'threads' ? 'postMessage' : 'node:net';
     const base = { best: bestOf(of(baseName, placement, 1)), qd1: of(baseName, placement, 1).find((r) => r.qd === 1) };
-    const floor = { best: bestOf(of('floor', placement, 1)), qd1: of('floor', placement, 1).find((r) => r.qd === 1) };
+    const floor = { qd1: of('floor', placement, 1).find((r) => r.qd === 1) };
     lines.push(`\n${placement}, 1 client, ${bytes} B:`);
     for (const system of systems) {
       const best = bestOf(of(system, placement, 1));
@@ -195,12 +250,14 @@ export function ipcReport(records: IpcRecord[], cores = availableParallelism()):
       if (!best) continue;
       let line = `  ${system}: ${qd1 ? `QD=1 round trip ${qd1.rtt_us.toFixed(2)} us, ` : ''}best ${formatNumber(best.calls_per_s)} calls/s (qd ${best.qd})`;
       if (system !== baseName && base.best) line += `; vs ${baseName}: ${(best.calls_per_s / base.best.calls_per_s).toFixed(1)}x throughput${qd1 && base.qd1 ? `, ${(base.qd1.rtt_us / qd1.rtt_us).toFixed(1)}x lower round trip` : ''}`;
-      if (system !== 'floor' && floor.best) line += `; vs floor: ${((100 * best.calls_per_s) / floor.best.calls_per_s).toFixed(0)}% of its throughput${qd1 && floor.qd1 ? `, ${(qd1.rtt_us / floor.qd1.rtt_us).toFixed(1)}x its round trip` : ''}`;
+      // Against the floor at the same QD, run by run (the runs were made side by side).
+      const floorAt = of('floor', placement, 1).find((r) => r.qd === best.qd);
+      if (system !== 'floor' && floorAt) line += `; vs floor at qd ${best.qd}: ${(100 * pairedRatio(best, floorAt)).toFixed(0)}% of its throughput (median of per-run ratios)${qd1 && floor.qd1 ? `, ${(qd1.rtt_us / floor.qd1.rtt_us).toFixed(1)}x its round trip` : ''}`;
       lines.push(line);
     }
     const d2 = bestOf(of('delegation', placement, 2));
-    const i2 = bestOf(of('ipc', placement, 2));
-    if (d2 && i2) lines.push(`  delegation / ipc at 2 clients (best QD): ${(d2.calls_per_s / i2.calls_per_s).toFixed(2)}x (${formatNumber(d2.calls_per_s)} vs ${formatNumber(i2.calls_per_s)} calls/s)${d2.oversubscribed ? ', oversubscribed' : ''}`);
+    const i2 = d2 && of('ipc', placement, 2).find((r) => r.qd === d2.qd);
+    if (d2 && i2) lines.push(`  delegation / ipc at 2 clients, qd ${d2.qd} (delegation's best): ${pairedRatio(d2, i2).toFixed(2)}x, median of per-run ratios (${formatNumber(d2.calls_per_s)} vs ${formatNumber(i2.calls_per_s)} calls/s)${d2.oversubscribed ? ', oversubscribed' : ''}`);
   }
   return [...out, ...lines].join('\n');
 }

@@ -24,12 +24,13 @@ let joined: boolean | undefined;
 /**
  * Registers this process for the barriers of fenceRemoteThreads() (once per process; every
  * thread of it, present and future, is covered). False where the kernel or a seccomp filter
- * refuses membarrier's global expedited commands: then publishers keep their full fences.
+ * refuses membarrier's global expedited commands, or with WEFT_REMOTE_FENCES=0: then this
+ * process's publishers keep their full fences (its sleepers still fence for the others).
  */
 export function joinRemoteFences(): boolean {
   if (joined === undefined) {
     try {
-      joined = native.membarrierRegister();
+      joined = process.env.WEFT_REMOTE_FENCES !== '0' && native.membarrierRegister();
     } catch {
       joined = false;
     }

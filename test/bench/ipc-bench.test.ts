@@ -13,7 +13,7 @@ import { readFile } from 'node:fs/promises';
 import { availableParallelism, tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { ipcReport, livePeers, runIpcBench, type IpcBenchOptions } from '../../bench/ipc/index.js';
+import { ipcReport, livePeers, pairedRatio, runIpcBench, type IpcBenchOptions } from '../../bench/ipc/index.js';
 import { FrameReader } from '../../bench/ipc/systems/node-net.js';
 import { listSegments } from '../../src/host/segments.js';
 
@@ -108,6 +108,17 @@ test('other payload sizes (4 B, 100 B), sized by a pilot run', async () => {
   for (const r of records) assert.ok(r.calls >= 1000 && r.calls_per_s > 0 && r.rtt_us > 0, JSON.stringify(r));
 });
 
+test('the systems of a point run side by side, run after run; the report pairs them by run', async () => {
+  const { records, skipped } = await runIpcBench(quick({ systems: ['MessageChannel', 'floor'], placements: ['threads'], clients: [1], qd: [4], runs: 3 }));
+  assert.equal(skipped, [], lines.join('\n'));
+  assert.equal(records.map((r) => r.system), ['MessageChannel', 'floor']);
+  for (const r of records) assert.is(r.runs.length, 3, JSON.stringify(r));
+  const [mc, floor] = records;
+  const ratios = mc.runs.map((x, i) => x / floor.runs[i]).sort((a, b) => a - b);
+  assert.is(pairedRatio(mc, floor), ratios[1]);
+  assert.match(ipcReport(records), new RegExp(`MessageChannel: .*vs floor at qd 4: ${(100 * ratios[1]).toFixed(0)}% of its throughput \\(median of per-run ratios\\)`));
+});
+
 test('a system that hangs is skipped after its timeout; an unknown one with one line', async () => {
   const hang = path.join(dir, 'hang.mjs');
   writeFileSync(
@@ -121,9 +132,9 @@ test('a system that hangs is skipped after its timeout; an unknown one with one 
   const { records, skipped } = await runIpcBench(quick({ systems: ['hang', 'nosuch'], modules: { hang: pathToFileURL(hang).href }, clients: [1], qd: [1], timeoutMs: 1500 }));
   assert.equal(records, []);
   assert.is(skipped.length, 3, skipped.join('\n'));
-  assert.match(skipped[0], /^hang threads .*skipped \(timed out/);
-  assert.match(skipped[1], /^hang processes .*skipped \(timed out/);
-  assert.match(skipped[2], /^nosuch: skipped \(not in bench\/ipc\/systems/);
+  assert.match(skipped[0], /^nosuch: skipped \(not in bench\/ipc\/systems/);
+  assert.match(skipped[1], /^hang threads .*skipped \(timed out/);
+  assert.match(skipped[2], /^hang processes .*skipped \(timed out/);
 });
 
 test('no worker thread, child process or segment outlives the runs', async () => {

@@ -11,11 +11,12 @@ import { start, type Placement } from './parties.js';
 const SOAK = process.env.WEFT_SOAK === '1';
 const PRODUCERS = 4;
 
-async function run(kind: 'dlg' | 'ipc', placement: Placement, calls: number): Promise<void> {
+/** `plainPublish(p)`: false runs producer p (a process) with WEFT_REMOTE_FENCES=0 (it publishes with Atomics.store). */
+async function run(kind: 'dlg' | 'ipc', placement: Placement, calls: number, plainPublish: (p: number) => boolean = () => true): Promise<void> {
   const server = start(placement, { role: `${kind}-server`, producers: PRODUCERS, expect: PRODUCERS * calls, ringDepth: 8, respDepth: 4, timeoutMs: 600_000 });
   const ready = await server.next('ready');
   assert.is(ready.event, 'ready', JSON.stringify(ready));
-  const clients = Array.from({ length: PRODUCERS }, (_, p) => start(placement, { role: `${kind}-client`, name: ready.name as string, producer: p, calls, qd: 4 + p, timeoutMs: 60_000 }));
+  const clients = Array.from({ length: PRODUCERS }, (_, p) => start(placement, { role: `${kind}-client`, name: ready.name as string, producer: p, calls, qd: 4 + p, timeoutMs: 60_000 }, plainPublish(p) ? undefined : { WEFT_REMOTE_FENCES: '0' }));
   const results = await Promise.all(clients.map((c) => c.next('done', 600_000)));
   for (const [p, r] of results.entries()) {
     assert.is(r.event, 'done', `producer ${p}: ${JSON.stringify(r)}`);
@@ -46,6 +47,12 @@ async function runFlux(placement: Placement, calls: number): Promise<void> {
   assert.is(done.errors, 0, `node 0 saw calls out of order: ${done.first}`);
   await Promise.all([server.exited, ...callers.map((c) => c.exited)]);
 }
+
+// Producers that publish with plain stores (registered for membarrier) beside producers that
+// keep Atomics.store (WEFT_REMOTE_FENCES=0, as on a kernel without membarrier), on one ring.
+test(`delegationrpc: plain-store and Atomics.store producers on one ring, exactly once, in order (processes)`, async () => {
+  await run('dlg', 'processes', SOAK ? 1_000_000 : 200_000, (p) => p % 2 === 0);
+});
 
 for (const placement of ['threads', 'processes'] as const) {
   test(`delegationrpc: ${PRODUCERS} producers x 10^6 calls, exactly once, in order (${placement})`, async () => {

@@ -24,7 +24,8 @@ export interface Party {
   pid?: number;
 }
 
-export function start(placement: Placement, spec: PartySpec): Party {
+/** `env`: extra environment of a process party (threads share this process's). */
+export function start(placement: Placement, spec: PartySpec, env?: Record<string, string>): Party {
   const queue: Msg[] = [];
   const waiters: ((m: Msg) => void)[] = [];
   const push = (m: Msg) => {
@@ -44,7 +45,7 @@ export function start(placement: Placement, spec: PartySpec): Party {
       await w.terminate();
     };
   } else {
-    const c: ChildProcess = fork(SCRIPT, [JSON.stringify(spec)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+    const c: ChildProcess = fork(SCRIPT, [JSON.stringify(spec)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'], env: { ...process.env, ...env } });
     pid = c.pid;
     c.on('message', (m) => push(m as Msg));
     exited = new Promise((r) => c.once('exit', () => r()));
