@@ -10,7 +10,7 @@ import { stampedSlotBytes } from './stamped-ring.js';
 export const FLUX_MAGIC = 'WEFTFLX1';
 export const FLUX_VERSION = 1;
 
-export const FH = { NODES: 12, CAPACITY: 16, MAX_INFLIGHT: 20, PAYLOAD_BYTES: 24, TOTAL: 28, NODE_LINES: 128 } as const;
+export const FH = { NODES: 12, CAPACITY: 16, MAX_INFLIGHT: 20, PAYLOAD_BYTES: 24, TOTAL: 28, FENCES: 32, NODE_LINES: 128 } as const;
 /** Int32 words of a node's line (owner words 1-4). */
 export const FNODE = { STATE: 0, SLEEPING: 5, BELL: 6 } as const;
 export const NODE_FREE = 0;
@@ -56,13 +56,15 @@ export function nodeLine(k: number): number {
   return (FH.NODE_LINES + k * 64) >> 2;
 }
 
-export function writeFluxHeader(dv: DataView, l: FluxLayout): void {
+/** `fences`: every node's sleeps fence with membarrier (host/remote-fence.ts), so publishers may use plain stores. */
+export function writeFluxHeader(dv: DataView, l: FluxLayout, fences: boolean): void {
   writeMagic(dv, FLUX_MAGIC, FLUX_VERSION);
   dv.setUint32(FH.NODES, l.nodes, true);
   dv.setUint32(FH.CAPACITY, l.capacity, true);
   dv.setUint32(FH.MAX_INFLIGHT, l.maxInflight, true);
   dv.setUint32(FH.PAYLOAD_BYTES, l.payloadBytes, true);
   dv.setUint32(FH.TOTAL, l.total, true);
+  dv.setUint32(FH.FENCES, fences ? 1 : 0, true);
 }
 
 export function readFluxHeader(sab: SharedArrayBuffer, name: string): FluxLayout {

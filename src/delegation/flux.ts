@@ -19,11 +19,12 @@
 import { availableParallelism } from 'node:os';
 import { WeftError } from '../errors.js';
 import { FutexBell, ringBell } from '../host/futex-bell.js';
+import { joinRemoteFences, plainPublishAllowed } from '../host/remote-fence.js';
 import type { WaitPlan } from '../host/wait.js';
 import { Deadline, type WaitOptions } from '../util/deadline.js';
 import { ServerDisconnected } from './errors.js';
 import { LivenessProbe } from './server-watch.js';
-import { checkFluxGeometry, FNODE, fluxLayoutOf, NODE_ATTACHED, NODE_CLOSED, NODE_FREE, NODE_JOINING, nodeLine, readFluxHeader, ringOffset, writeFluxHeader, type FluxGeometry, type FluxLayout } from './flux-layout.js';
+import { checkFluxGeometry, FH, FNODE, fluxLayoutOf, NODE_ATTACHED, NODE_CLOSED, NODE_FREE, NODE_JOINING, nodeLine, readFluxHeader, ringOffset, writeFluxHeader, type FluxGeometry, type FluxLayout } from './flux-layout.js';
 import { OWNER_PID, ownerAlive, ownerLabel, writeOwner } from './owner.js';
 import { createLayerSegment, defaultJob, openLayerSegment, removeLayerSegment } from './segment.js';
 import { StampedRing } from './stamped-ring.js';
@@ -81,8 +82,12 @@ export class FluxNode<T = unknown> extends Waiter {
     this.owner = owner;
     this.i32 = new Int32Array(sab);
     const k = layout.nodes;
+    // Node 0 wrote whether sleepers fence (FH.FENCES): then this node's sleeps fence, and it
+    // publishes with plain stores where its process registered.
+    const fences = Atomics.load(this.i32, FH.FENCES >> 2) === 1;
+    const plain = fences && plainPublishAllowed();
     for (let j = 0; j < k; j++) {
-      const ring = (from: number, to: number, kind: 0 | 1) => new StampedRing(this.i32, ringOffset(layout, from, to, kind), layout.capacity, layout.slot, layout.payloadBytes);
+      const ring = (from: number, to: number, kind: 0 | 1) => new StampedRing(this.i32, ringOffset(layout, from, to, kind), layout.capacity, layout.slot, layout.payloadBytes, from === nodeId && plain);
       this.callsOut.push(ring(nodeId, j, 0));
       this.repliesOut.push(ring(nodeId, j, 1));
       this.callsIn.push(ring(j, nodeId, 0));
@@ -103,7 +108,7 @@ export class FluxNode<T = unknown> extends Waiter {
     }
     this.inflightTo = new Int32Array(k);
     this.request = { from: 0, replyToken: 0, payload: this.callsIn[0].payload(0) };
-    this.bell = new FutexBell(this.i32, nodeLine(nodeId) + FNODE.SLEEPING, nodeLine(nodeId) + FNODE.BELL);
+    this.bell = new FutexBell(this.i32, nodeLine(nodeId) + FNODE.SLEEPING, nodeLine(nodeId) + FNODE.BELL, fences);
   }
 
   /** Creates a mesh of `nodes` daemons (segment 0600 in /dev/shm) and joins it as node 0. */
@@ -112,7 +117,7 @@ export class FluxNode<T = unknown> extends Waiter {
     checkFluxGeometry(g, 'FluxNode.create');
     const layout = fluxLayoutOf(g);
     const { name, sab } = createLayerSegment(options.job ?? defaultJob(), 'flux', layout.total);
-    writeFluxHeader(new DataView(sab), layout);
+    writeFluxHeader(new DataView(sab), layout, joinRemoteFences());
     return FluxNode.attach<T>(name, sab, layout, 0, true);
   }
 

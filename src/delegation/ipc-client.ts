@@ -14,6 +14,7 @@
 import { availableParallelism } from 'node:os';
 import { WeftError } from '../errors.js';
 import { FutexBell, ringBell } from '../host/futex-bell.js';
+import { plainPublishAllowed } from '../host/remote-fence.js';
 import type { WaitPlan } from '../host/wait.js';
 import { Deadline, type WaitOptions } from '../util/deadline.js';
 import { claimId } from './claim.js';
@@ -64,14 +65,17 @@ export class IpcClient<U = unknown> extends Waiter {
     this.i32 = new Int32Array(sab);
     this.line = clientBlock(layout, id) >> 2;
     const b = clientBlock(layout, id) + 64;
-    this.req = new StampedRing(this.i32, b, layout.depth, layout.reqSlot, layout.requestBytes);
+    // The server wrote whether sleepers fence (IH.FENCES): then this client's sleeps fence, and
+    // its requests are published with plain stores where this process registered.
+    const fences = Atomics.load(this.i32, IH.FENCES >> 2) === 1;
+    this.req = new StampedRing(this.i32, b, layout.depth, layout.reqSlot, layout.requestBytes, fences && plainPublishAllowed());
     this.resp = new StampedRing(this.i32, b + layout.depth * layout.reqSlot, layout.depth, layout.respSlot, layout.responseBytes);
     this.free = new Int32Array(layout.depth);
     for (let t = 0; t < layout.depth; t++) this.free[t] = layout.depth - 1 - t;
     this.freeTop = layout.depth;
     this.busy = new Uint8Array(layout.depth);
     this.users = new Array<U | undefined>(layout.depth).fill(undefined);
-    this.bell = new FutexBell(this.i32, this.line + ICLI.SLEEPING, this.line + ICLI.BELL);
+    this.bell = new FutexBell(this.i32, this.line + ICLI.SLEEPING, this.line + ICLI.BELL, fences);
     this.timeoutMs = o.timeoutMs;
     this.watch = new ServerWatch(this.i32, IH.SERVER_ALIVE >> 2, this.i32, this.srv + ISRV.STATE, `IpcClient ${id}`, name, () => `${this.inflight} call(s) in flight are lost`);
     // A released id resumes where its previous owner (or the server, for a dead one) left it.

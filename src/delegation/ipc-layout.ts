@@ -12,7 +12,7 @@ export const IPC_MAGIC = 'WEFTIPC1';
 export const IPC_VERSION = 1;
 
 /** Byte offsets of the header. */
-export const IH = { MAX_CLIENTS: 12, DEPTH: 16, REQ_BYTES: 20, RESP_BYTES: 24, NEXT_CLIENT_ID: 28, SERVER_ALIVE: 32, TOTAL: 36, SERVER: 128, CLIENTS: 192 } as const;
+export const IH = { MAX_CLIENTS: 12, DEPTH: 16, REQ_BYTES: 20, RESP_BYTES: 24, NEXT_CLIENT_ID: 28, SERVER_ALIVE: 32, TOTAL: 36, FENCES: 40, SERVER: 128, CLIENTS: 192 } as const;
 /** Int32 words of the server's line and of a client's line (owner words 1-4). */
 export const ISRV = { STATE: 0, SLEEPING: 5, BELL: 6 } as const;
 export const ICLI = { STATE: 0, SLEEPING: 5, BELL: 6, RESUME_REQ: 7, RESUME_RESP: 8 } as const;
@@ -59,13 +59,15 @@ export function clientBlock(l: IpcLayout, c: number): number {
   return IH.CLIENTS + c * l.block;
 }
 
-export function writeIpcHeader(dv: DataView, l: IpcLayout): void {
+/** `fences`: every sleeper on the segment fences with membarrier (host/remote-fence.ts), so publishers may use plain stores. */
+export function writeIpcHeader(dv: DataView, l: IpcLayout, fences: boolean): void {
   writeMagic(dv, IPC_MAGIC, IPC_VERSION);
   dv.setUint32(IH.MAX_CLIENTS, l.maxClients, true);
   dv.setUint32(IH.DEPTH, l.depth, true);
   dv.setUint32(IH.REQ_BYTES, l.requestBytes, true);
   dv.setUint32(IH.RESP_BYTES, l.responseBytes, true);
   dv.setUint32(IH.TOTAL, l.total, true);
+  dv.setUint32(IH.FENCES, fences ? 1 : 0, true);
 }
 
 export function readIpcHeader(sab: SharedArrayBuffer, name: string): IpcLayout {

@@ -20,6 +20,7 @@ import { availableParallelism } from 'node:os';
 import { WeftError } from '../errors.js';
 import { loadAcquire } from '../host/acquire.js';
 import { FutexBell, ringBell } from '../host/futex-bell.js';
+import { joinRemoteFences, plainPublishAllowed } from '../host/remote-fence.js';
 import type { WaitPlan } from '../host/wait.js';
 import { Deadline, type WaitOptions } from '../util/deadline.js';
 import { REAP_DEAD, reapIfDead } from './claim.js';
@@ -84,7 +85,7 @@ export class IpcServer extends Waiter {
   private lastReap = 0;
   private closed = false;
 
-  private constructor(name: string, sab: SharedArrayBuffer, layout: IpcLayout, o: IpcServerOptions) {
+  private constructor(name: string, sab: SharedArrayBuffer, layout: IpcLayout, o: IpcServerOptions, fences: boolean) {
     super();
     this.name = name;
     this.layout = layout;
@@ -92,7 +93,7 @@ export class IpcServer extends Waiter {
     for (let c = 0; c < layout.maxClients; c++) {
       const b = clientBlock(layout, c) + 64;
       this.reqRings.push(new StampedRing(this.i32, b, layout.depth, layout.reqSlot, layout.requestBytes));
-      this.respRings.push(new StampedRing(this.i32, b + layout.depth * layout.reqSlot, layout.depth, layout.respSlot, layout.responseBytes));
+      this.respRings.push(new StampedRing(this.i32, b + layout.depth * layout.reqSlot, layout.depth, layout.respSlot, layout.responseBytes, fences && plainPublishAllowed()));
     }
     const n = layout.maxClients;
     this.cursor = new Int32Array(n);
@@ -101,7 +102,7 @@ export class IpcServer extends Waiter {
     this.idle = new Int32Array(n);
     this.live = new Uint8Array(n);
     this.entry = { clientId: 0, tag: 0, payload: this.reqRings[0].payload(0) };
-    this.bell = new FutexBell(this.i32, (IH.SERVER >> 2) + ISRV.SLEEPING, (IH.SERVER >> 2) + ISRV.BELL);
+    this.bell = new FutexBell(this.i32, (IH.SERVER >> 2) + ISRV.SLEEPING, (IH.SERVER >> 2) + ISRV.BELL, fences);
     this.reapIntervalMs = o.reapIntervalMs ?? 100;
   }
 
@@ -111,8 +112,10 @@ export class IpcServer extends Waiter {
     checkIpcGeometry(g, 'IpcServer.create');
     const layout = ipcLayoutOf(g);
     const { name, sab } = createLayerSegment(options.job ?? defaultJob(), 'ipc', layout.total);
-    writeIpcHeader(new DataView(sab), layout);
-    const server = new IpcServer(name, sab, layout, options);
+    // Sleepers fence where membarrier is offered: publishers may then use plain stores.
+    const fences = joinRemoteFences();
+    writeIpcHeader(new DataView(sab), layout, fences);
+    const server = new IpcServer(name, sab, layout, options, fences);
     writeOwner(server.i32, IH.SERVER >> 2);
     Atomics.store(server.i32, (IH.SERVER >> 2) + ISRV.STATE, 1);
     Atomics.store(server.i32, IH.SERVER_ALIVE >> 2, 1);

@@ -35,6 +35,8 @@ export class StampedRing {
     readonly depth: number,
     private readonly slotBytes: number,
     payloadBytes: number,
+    /** Publish with a plain store: only where the consumer's sleeps fence (host/remote-fence.ts). */
+    private readonly plainPublish = false,
   ) {
     this.mask = depth - 1;
     this.stampWord = i32;
@@ -56,7 +58,9 @@ export class StampedRing {
   publish(pos: number, tag: number): void {
     const w = (this.base + (pos & this.mask) * this.slotBytes) >> 2;
     this.i32[w + 1] = tag;
-    Atomics.store(this.stampWord, w, (pos + 1) | 0);
+    // x86 keeps a plain store after the payload's and the tag's; the consumer's sleeps fence.
+    if (this.plainPublish) this.stampWord[w] = (pos + 1) | 0;
+    else Atomics.store(this.stampWord, w, (pos + 1) | 0);
   }
 
   /** Consumer: the message at `pos` has been published. */
