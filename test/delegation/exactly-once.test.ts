@@ -50,9 +50,11 @@ async function runFlux(placement: Placement, calls: number): Promise<void> {
 
 // Producers that publish with plain stores (registered for membarrier) beside producers that
 // keep Atomics.store (WEFT_REMOTE_FENCES=0, as on a kernel without membarrier), on one ring.
-test(`delegationrpc: plain-store and Atomics.store producers on one ring, exactly once, in order (processes)`, async () => {
-  await run('dlg', 'processes', SOAK ? 1_000_000 : 200_000, (p) => p % 2 === 0);
-});
+for (const kind of ['dlg', 'ipc'] as const) {
+  test(`${kind === 'dlg' ? 'delegationrpc' : 'ipc'}: plain-store and Atomics.store producers on one server, exactly once, in order (processes)`, async () => {
+    await run(kind, 'processes', SOAK ? 1_000_000 : 200_000, (p) => p % 2 === 0);
+  });
+}
 
 for (const placement of ['threads', 'processes'] as const) {
   test(`delegationrpc: ${PRODUCERS} producers x 10^6 calls, exactly once, in order (${placement})`, async () => {
