@@ -3,15 +3,19 @@
  * a child process: `fence-race.js <segment> producer|sleeper <rounds>`.
  *
  * Words of the segment: 0 the published round (its own cache line), 16 the sleeper count,
- * 17 the bell, 32 the round the sleeper has started, 48 rings, 49 sleeps, 50 missed.
+ * 17 the bell, 32 the round the sleeper has started, 48 rings, 49 sleeps, 50 missed; a
+ * Float64 at byte 512: when the producer published (performance.timeOrigin + now, in ms).
  *
  * Each round the sleeper announces it, then goes to sleep on a fencing FutexBell at once;
  * the producer waits for the announcement, lets a varying few nanoseconds pass, publishes the
  * round with a plain store and calls ringBell, as a delegationrpc client commits. A wakeup is
  * lost when the sleeper's look after registering missed the store and the producer's look
  * missed the registration: the sleeper then sleeps a whole slice with the round published.
- * The sleeper counts that case exactly (its look said "not ready", and no ring came for the
- * round), not by time.
+ * The sleeper counts that case: its look said "not ready", no ring came for the round, and it
+ * woke a whole slice (50 ms) after the producer had published. Each condition alone has
+ * innocent causes (a wake-up of the previous round arriving late ends a sleep early; a
+ * producer descheduled for a slice publishes after the sleeper gave up); together they are a
+ * sleeper that slept through a publish nobody told it of.
  */
 import { isMainThread, workerData } from 'node:worker_threads';
 import { FutexBell, ringBell } from '../../../src/host/futex-bell.js';
@@ -21,7 +25,11 @@ import { native } from '../../../src/native/binding.js';
 const args: string[] = isMainThread ? process.argv.slice(2) : (workerData as string[]);
 const [name, role, roundsArg] = args;
 const rounds = Number(roundsArg);
-const w = new Int32Array(native.shmOpen(name));
+const sab = native.shmOpen(name);
+const w = new Int32Array(sab);
+const publishedAt = new Float64Array(sab, 512, 1);
+const SLICE_MS = 50;
+const now = () => performance.timeOrigin + performance.now();
 const ROUND = 0;
 const SLEEPING = 16;
 const BELL = 17;
@@ -40,7 +48,8 @@ if (role === 'producer') {
     // 0-63 empty iterations: lands the store anywhere around the sleeper's registration.
     for (let i = (seed >>> 8) & 63; i > 0; i--);
     const before = Atomics.load(w, BELL);
-    w[ROUND] = r; // the plain publish of a fencing bell's producer
+    publishedAt[0] = now();
+    w[ROUND] = r; // the plain publish of a fencing bell's producer (after the time: x86 keeps the order)
     ringBell(w, SLEEPING, BELL);
     if (Atomics.load(w, BELL) !== before) Atomics.add(w, RINGS, 1);
   }
@@ -61,9 +70,11 @@ if (role === 'producer') {
       looks = 0;
       missedLook = false;
       Atomics.add(w, SLEEPS, 1);
-      bell.sleepSync(50, ready);
-      // Slept (its look said no) while nobody rang for this round, and the round is out: lost.
-      if (missedLook && Atomics.load(w, BELL) === bellBefore && w[ROUND] === r) Atomics.add(w, MISSED, 1);
+      bell.sleepSync(SLICE_MS, ready);
+      const woke = now();
+      // Slept (its look said no), nobody rang for this round, and the round had been out for
+      // most of the slice when it woke: lost.
+      if (missedLook && Atomics.load(w, BELL) === bellBefore && w[ROUND] === r && woke - publishedAt[0] > SLICE_MS * 0.8) Atomics.add(w, MISSED, 1);
     }
   }
 }
