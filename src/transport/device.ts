@@ -279,6 +279,13 @@ export class Device implements PairHost, CompletionSink, CollectiveTransport {
       const err = new WeftError(code, `${this.label}: the job was aborted by rank ${peer}: ${message}`);
       this.failure = err;
       debugLog('%s', err.message);
+      // Passed on to every peer (once per pair), not only answered: a rank that heard first
+      // over shared memory would otherwise close, and a rank on another host, whose ABORT from
+      // the aborting rank was still on the wire, failed with the closed connection (EPEERDEAD
+      // or ETRANSPORT) instead of the job's error. Sent before any close on the same pairs,
+      // the ABORT arrives first, and this rank's close lingers until each has heard.
+      const reason = codedText(err.code, unlabel(err.message, this.label));
+      for (const p of this.pairs) p?.sendAbort(reason);
       for (const p of this.pairs) p?.fail(err);
       this.router.kick();
     }

@@ -45,7 +45,7 @@ if (mode === 'info') {
     else await ctx.allreduce(Float32Array.of(rank), { timeoutMs: rank === 1 ? ('x' as unknown as number) : 20_000 });
     console.log(`badarg rank ${rank}: returned`);
   } catch (err) {
-    console.log(`badarg rank ${rank}: ${(err as WeftError).code} after ${Math.round(performance.now() - t0)} ms`);
+    console.log(`badarg rank ${rank}: ${(err as WeftError).code} after ${Math.round(performance.now() - t0)} ms (${(err as Error).message})`);
   }
   await ctx.close({ timeoutMs: 3000 });
 } else if (mode === 'loop') {
