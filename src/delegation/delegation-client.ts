@@ -104,6 +104,8 @@ export class DelegationClient<U = unknown> extends Waiter {
     // client's sleeps must then fence (host/remote-fence.ts).
     const fences = Atomics.load(this.i32, this.srv + SERVER.FENCES) === 1;
     this.bell = new FutexBell(this.i32, this.base + CLIENT.SLEEPING, this.base + CLIENT.BELL, fences);
+    // Before ATTACHED (connect stores it with Atomics): the server answers plainly only then.
+    this.i32[this.base + CLIENT.FENCES] = fences ? 1 : 0;
     this.tailBell = new FutexBell(this.i32, this.srv + SERVER.TAIL_SLEEPING, this.srv + SERVER.TAIL_BELL);
     this.timeoutMs = o.timeoutMs;
     this.plainCommit = fences && plainPublishAllowed();
@@ -133,6 +135,7 @@ export class DelegationClient<U = unknown> extends Waiter {
     try {
       client = new DelegationClient<U>(name, sab, layout, id, options);
     } catch (err) {
+      i32[base + CLIENT.FENCES] = 0;
       clearOwner(i32, base);
       Atomics.store(i32, base + CLIENT.STATE, CLIENT_RELEASED);
       throw err;
@@ -275,7 +278,8 @@ export class DelegationClient<U = unknown> extends Waiter {
       // The slot stays busy during the handler, so a call made from it cannot take it.
       onResponse?.(user, this.responses[s], s);
       // A plain store is enough: the server writes this slot again only for a call that
-      // names it, whose commit (Atomics.store) comes after this store.
+      // names it, whose commit comes after this store (an Atomics.store, or on x86 a plain
+      // store, which x86 keeps after this one).
       u8[off] = 0;
       busy[s] = 0;
       this.inflight--;
@@ -335,7 +339,10 @@ export class DelegationClient<U = unknown> extends Waiter {
    * "not written yet", never as this thread), or to the server (CLOSING) while calls fly.
    */
   private leave(): void {
-    if (this.inflight === 0) clearOwner(this.i32, this.base);
+    if (this.inflight === 0) {
+      this.i32[this.base + CLIENT.FENCES] = 0;
+      clearOwner(this.i32, this.base);
+    }
     Atomics.store(this.i32, this.base + CLIENT.STATE, this.inflight === 0 ? CLIENT_RELEASED : CLIENT_CLOSING);
   }
 

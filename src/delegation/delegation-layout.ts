@@ -54,9 +54,12 @@ export const TAIL_EPOCH = 1 << 30;
 /**
  * Int32 words of a client's two lines (owner words 1-4: owner.ts). The call phase sits on
  * the second line: the client writes it on every call, the server reads the first line on
- * every reply, and the two must not share a cache line.
+ * every reply, and the two must not share a cache line. FENCES is 1 while the id's owner
+ * sleeps with a fence (it read SERVER.FENCES): only then may the server mark its responses
+ * valid with plain stores (a weft that predates the fences leaves it 0, and is answered
+ * with Atomics.store). Cleared whenever the id is released.
  */
-export const CLIENT = { STATE: 0, SLEEPING: 5, BELL: 6, PHASE: 16, RESERVED_POS: 17 } as const;
+export const CLIENT = { STATE: 0, SLEEPING: 5, BELL: 6, FENCES: 7, PHASE: 16, RESERVED_POS: 17 } as const;
 /** Bytes of a client's record in the extension area. */
 export const CLIENT_RECORD = 128;
 /** A client between claiming its id and publishing its owner (the server leaves it be). */

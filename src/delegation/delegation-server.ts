@@ -253,9 +253,9 @@ export class DelegationServer extends Waiter {
       if (payload !== undefined) {
         this.copier.copy(this.u8, this.i32, this.layout.respArea + index * this.layout.respSlot + RESP.PAYLOAD, payload, payload.length);
       }
-      // Plain where the client's sleeps fence (SERVER.FENCES), as the client's commit.
+      // Plain where the client said its sleeps fence (CLIENT.FENCES, on the line just read).
       const valid = this.layout.respArea + index * this.layout.respSlot + RESP.VALID;
-      if (this.plainValid) this.u8[valid] = 1;
+      if (this.plainValid && loadAcquire(this.i32, base + CLIENT.FENCES) === 1) this.u8[valid] = 1;
       else Atomics.store(this.u8, valid, 1);
       ringBell(this.i32, base + CLIENT.SLEEPING, base + CLIENT.BELL);
       if (state === CLIENT_CLOSING && left <= 0) this.releaseWhenDrained(clientId, CLIENT_CLOSING);
@@ -421,6 +421,7 @@ export class DelegationServer extends Waiter {
     // reply to the id's next owner would then pay a futex wake.
     if (from === CLIENT_DEAD) Atomics.store(this.i32, this.clientBase(c) + CLIENT.SLEEPING, 0);
     // Only the server moves an id out of CLOSING or DEAD: the owner words are its to clear.
+    this.i32[this.clientBase(c) + CLIENT.FENCES] = 0;
     clearOwner(this.i32, this.clientBase(c));
     Atomics.compareExchange(this.i32, this.clientBase(c) + CLIENT.STATE, from, CLIENT_RELEASED);
   }

@@ -8,7 +8,8 @@ import { checkMagic, checkRange, checkSegmentBytes, writeMagic } from './header.
 import { stampedSlotBytes } from './stamped-ring.js';
 
 export const FLUX_MAGIC = 'WEFTFLX1';
-export const FLUX_VERSION = 1;
+/** 2: the fences word (a weft of version 1 would sleep without the fence plain stores need). */
+export const FLUX_VERSION = 2;
 
 export const FH = { NODES: 12, CAPACITY: 16, MAX_INFLIGHT: 20, PAYLOAD_BYTES: 24, TOTAL: 28, FENCES: 32, NODE_LINES: 128 } as const;
 /** Int32 words of a node's line (owner words 1-4). */

@@ -9,7 +9,8 @@ import { checkMagic, checkRange, checkSegmentBytes, writeMagic } from './header.
 import { stampedSlotBytes } from './stamped-ring.js';
 
 export const IPC_MAGIC = 'WEFTIPC1';
-export const IPC_VERSION = 1;
+/** 2: the fences word (a weft of version 1 would sleep without the fence plain stores need). */
+export const IPC_VERSION = 2;
 
 /** Byte offsets of the header. */
 export const IH = { MAX_CLIENTS: 12, DEPTH: 16, REQ_BYTES: 20, RESP_BYTES: 24, NEXT_CLIENT_ID: 28, SERVER_ALIVE: 32, TOTAL: 36, FENCES: 40, SERVER: 128, CLIENTS: 192 } as const;

@@ -45,17 +45,22 @@ export class ShortCopier {
 
   /** As copyToShared(dst8, dst32, dst, src, len); `dst` is 4-aligned. */
   copy(dst8: Uint8Array, dst32: Int32Array, dst: number, src: Uint8Array, len: number): void {
+    // Longer copies go through copyInto as before: no view is made for them.
+    if (len > SHORT_COPY_MAX) return copyInto(dst8, dst, src, 0, len);
     const words = this.words;
     const n = len >> 2;
     // The length check also catches a view gone stale (its buffer resized or detached).
-    if (src === this.last && words !== null && len <= SHORT_COPY_MAX && words.length >= n) {
+    if (src === this.last && words !== null && words.length >= n) {
       const d = dst >>> 2;
       for (let i = 0; i < n; i++) dst32[d + i] = words[i];
       for (let i = n << 2; i < len; i++) dst8[dst + i] = src[i];
       return;
     }
-    if (src === this.last) this.words = (src.byteOffset & 3) === 0 && src.length >= 4 ? new Int32Array(src.buffer, src.byteOffset, src.length >> 2) : null;
-    else {
+    if (src === this.last) {
+      // Its second use in a row, or its view went stale: a view, where one can serve (never
+      // again and again for an unaligned source or one shorter than the copy).
+      this.words = n > 0 && (src.byteOffset & 3) === 0 && src.length >> 2 >= n ? new Int32Array(src.buffer, src.byteOffset, src.length >> 2) : null;
+    } else {
       this.last = src;
       this.words = null;
     }

@@ -30,7 +30,7 @@ let joined: boolean | undefined;
 export function joinRemoteFences(): boolean {
   if (joined === undefined) {
     try {
-      joined = process.env.WEFT_REMOTE_FENCES !== '0' && native.membarrierRegister();
+      joined = process.env.WEFT_REMOTE_FENCES !== '0' && typeof native.membarrierRegister === 'function' && native.membarrierRegister();
     } catch {
       joined = false;
     }
@@ -51,5 +51,6 @@ export function plainPublishAllowed(): boolean {
  * here). True when it happened; a sleeper that gets false must not sleep long.
  */
 export function fenceRemoteThreads(): boolean {
-  return native.membarrierGlobal();
+  // An addon built before membarrier was added has no such function: report no barrier.
+  return typeof native.membarrierGlobal === 'function' && native.membarrierGlobal();
 }

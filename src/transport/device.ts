@@ -46,6 +46,9 @@ const NO_OPS: readonly TransportOp[] = [];
 /** A peer on another host silent this long on the fabric is named in timeouts (ms). */
 const SILENT_MS = 1000;
 
+/** The start of an abort's reason as a rank passes it on: names the rank that aborted. */
+const ABORTED_BY = /^the job was aborted by rank \d+: /;
+
 export class Device implements PairHost, CompletionSink, CollectiveTransport {
   /** The job's own calls use slots from 0 (subgroups: GroupView). */
   readonly slotBase = 0;
@@ -276,7 +279,9 @@ export class Device implements PairHost, CompletionSink, CollectiveTransport {
   peerAborted(peer: number, text: string): void {
     if (!this.failure) {
       const { code, message } = fromCodedText(text, 'ECLOSED');
-      const err = new WeftError(code, `${this.label}: the job was aborted by rank ${peer}: ${message}`);
+      // A passed-on ABORT already names the rank that aborted: keep it, unnested.
+      const why = ABORTED_BY.test(message) ? message : `the job was aborted by rank ${peer}: ${message}`;
+      const err = new WeftError(code, `${this.label}: ${why}`);
       this.failure = err;
       debugLog('%s', err.message);
       // Passed on to every peer (once per pair), not only answered: a rank that heard first

@@ -74,6 +74,36 @@ function forge(bytes: number, fill: (dv: DataView) => void): string {
   return name;
 }
 
+test('fences words: the server says whether its sleepers fence; a client says so in its record, which release clears', () => {
+  const server = DelegationServer.create({ maxClients: 2, ringDepth: 4, respDepth: 2 });
+  const i32 = new Int32Array(openSegment(server.name));
+  const srv = server.layout.ext >> 2;
+  const record = (c: number) => (server.layout.ext + 64 + c * 128) >> 2;
+  try {
+    const fences = i32[srv + 10];
+    assert.ok(fences === 0 || fences === 1, `server line word 10 is ${fences}`);
+    const client = DelegationClient.connect(server.name);
+    assert.is(i32[record(client.clientId) + 7], fences, 'the client copies the server\'s word into its record');
+    client.close();
+    assert.is(i32[record(client.clientId) + 7], 0, 'a released id says nothing about a next owner\'s sleeps');
+    // A client of a weft before the fences never writes word 7: the next owner's record starts at 0.
+    const again = DelegationClient.connect(server.name);
+    i32[record(again.clientId) + 7] = 0;
+    const req = new Uint8Array(32);
+    again.call(req, 1);
+    assert.is(server.poll(), 1);
+    const e = server.recv()!;
+    server.reply(e.clientId, e.respSlot, req); // answered with Atomics.store: still delivered
+    server.advanceTail();
+    let got = 0;
+    while (got === 0) got = again.poll();
+    assert.is(got, 1);
+    again.close();
+  } finally {
+    server.close();
+  }
+});
+
 test('segments that are not a ring of this version are refused at open (EPROTO), never mapped as one', () => {
   const good = DelegationServer.create({ maxClients: 2, ringDepth: 4, respDepth: 2, requestBytes: 8, responseBytes: 8 });
   const image = new Uint8Array(openSegment(good.name));

@@ -41,6 +41,20 @@ test('lengths that are not a multiple of 4, and shorter copies of a longer sourc
   }
 });
 
+test('a reused source longer than the short-copy bound is copied exactly, and no view is made for it', () => {
+  const c = new ShortCopier();
+  const d = shared(8192);
+  const src = new Uint8Array(4096);
+  for (let call = 0; call < 4; call++) {
+    fill(src, call);
+    c.copy(d.u8, d.i32, 64, src, src.length);
+    assert.equal(d.u8.subarray(64, 64 + 4096), src, `call ${call}`);
+    c.copy(d.u8, d.i32, 64, src, 100);
+    assert.equal(d.u8.subarray(64, 164), src.subarray(0, 100), `call ${call}, 100 bytes`);
+  }
+  assert.is((c as unknown as { words: Int32Array | null }).words, null, 'a view was made for copies that never use one');
+});
+
 test('alternating sources, an unaligned one, and one inside another buffer', () => {
   const c = new ShortCopier();
   const d = shared(4096);
