@@ -5,7 +5,7 @@
  * one load and no system call. Works between threads and between processes (the futex is
  * keyed by the shared page, not by the mapping).
  */
-import { native } from '../native/binding.js';
+import { native, type FutexResult } from '../native/binding.js';
 import { loadAcquire } from './acquire.js';
 import { fenceRemoteThreads } from './remote-fence.js';
 import type { Doorbell } from './wait.js';
@@ -39,27 +39,33 @@ export class FutexBell implements Doorbell {
     private readonly fences = false,
   ) {}
 
-  sleepSync(ms: number, ready: () => boolean): void {
+  /** How the sleep ended: the futex's answer, or 'ready' when the look after registering found work. */
+  sleepSync(ms: number, ready: () => boolean): FutexResult | 'ready' {
     const w = this.words;
     Atomics.add(w, this.sleeping, 1);
     try {
-      const slice = this.fences && !fenceRemoteThreads() ? Math.min(ms, UNFENCED_SLEEP_MS) : ms;
+      const slice = this.slice(ms);
       const seen = Atomics.load(w, this.bell);
-      if (!ready()) native.futexWait(w, this.bell, seen, slice);
+      return ready() ? 'ready' : native.futexWait(w, this.bell, seen, slice);
     } finally {
       Atomics.sub(w, this.sleeping, 1);
     }
   }
 
-  async sleepAsync(ms: number, ready: () => boolean): Promise<void> {
+  async sleepAsync(ms: number, ready: () => boolean): Promise<FutexResult | 'ready'> {
     const w = this.words;
     Atomics.add(w, this.sleeping, 1);
     try {
-      const slice = this.fences && !fenceRemoteThreads() ? Math.min(ms, UNFENCED_SLEEP_MS) : ms;
+      const slice = this.slice(ms);
       const seen = Atomics.load(w, this.bell);
-      if (!ready()) await native.futexWaitAsync(w, this.bell, seen, slice);
+      return ready() ? 'ready' : await native.futexWaitAsync(w, this.bell, seen, slice);
     } finally {
       Atomics.sub(w, this.sleeping, 1);
     }
+  }
+
+  /** The sleep to take, once registered: fenced first where producers rely on it, else short. */
+  private slice(ms: number): number {
+    return this.fences && !fenceRemoteThreads() ? Math.min(ms, UNFENCED_SLEEP_MS) : ms;
   }
 }

@@ -259,11 +259,25 @@ export class Device implements PairHost, CompletionSink, CollectiveTransport {
     if (this.failure) return;
     this.failure = err;
     debugLog('%s: aborting the job: %s', this.label, err.message);
-    // The code travels first, so a peer's calls fail with the same kind of error (a rank whose
-    // mismatched call a peer noticed first still gets EINVAL, not a bare ECLOSED).
-    for (const p of this.pairs) p?.sendAbort(codedText(err.code, unlabel(err.message, this.label)));
+    this.failJob(err);
+  }
+
+  /**
+   * Fails every operation with `err` and tells every peer (an ABORT, once per pair). The code
+   * travels first, so a peer's calls fail with the same kind of error (a rank whose mismatched
+   * call a peer noticed first still gets EINVAL, not a bare ECLOSED).
+   */
+  private failJob(err: WeftError): void {
+    this.failure = err;
+    const reason = this.abortText(err);
+    for (const p of this.pairs) p?.sendAbort(reason);
     for (const p of this.pairs) p?.fail(err);
     this.router.kick();
+  }
+
+  /** What an ABORT carries: the code, then the message without this rank's label. */
+  private abortText(err: WeftError): string {
+    return codedText(err.code, unlabel(err.message, this.label));
   }
 
   /** More ranks on this host than cores (the NIC knows): spinning waits yield the core. */
@@ -282,21 +296,17 @@ export class Device implements PairHost, CompletionSink, CollectiveTransport {
       // A passed-on ABORT already names the rank that aborted: keep it, unnested.
       const why = ABORTED_BY.test(message) ? message : `the job was aborted by rank ${peer}: ${message}`;
       const err = new WeftError(code, `${this.label}: ${why}`);
-      this.failure = err;
       debugLog('%s', err.message);
       // Passed on to every peer (once per pair), not only answered: a rank that heard first
       // over shared memory would otherwise close, and a rank on another host, whose ABORT from
       // the aborting rank was still on the wire, failed with the closed connection (EPEERDEAD
       // or ETRANSPORT) instead of the job's error. Sent before any close on the same pairs,
       // the ABORT arrives first, and this rank's close lingers until each has heard.
-      const reason = codedText(err.code, unlabel(err.message, this.label));
-      for (const p of this.pairs) p?.sendAbort(reason);
-      for (const p of this.pairs) p?.fail(err);
-      this.router.kick();
+      this.failJob(err);
     }
-    // The answer (once per pair): the aborting rank's close lingers until each rank it told has
-    // heard, instead of a fixed time.
-    this.pairs[peer]?.sendAbort(codedText(this.failure.code, unlabel(this.failure.message, this.label)));
+    // The answer (once per pair), when this rank had failed already: the aborting rank's close
+    // lingers until each rank it told has heard, instead of a fixed time.
+    this.pairs[peer]?.sendAbort(this.abortText(this.failure!));
   }
 
   /** The number of the next collective call on `slot` (from 1; wraps at 2^32). */
