@@ -14,7 +14,7 @@ export interface KvShape {
   locality?: number;
   seed: number;
   verify: boolean;
-  /** The daemon loops' poll controller: none, fixed:N, adaptive or batch-hold (docs/bistability.md). */
+  /** The daemon loops' poll controller: none, fixed:N, adaptive, min-batch or batch-hold (docs/bistability.md). */
   pollController: string;
 }
 

@@ -126,13 +126,15 @@ function answer(t: number, buf: Uint8Array, off: number): void {
 // ---- poll control (docs/bistability.md) ---------------------------------------------------
 /** The loop's poll controller: extra CQ polls (budgets) or a hold of client responses (batch-hold). */
 const control = createPollController(cfg.pollController, { batchTarget: Math.max(1, cfg.ranks - 1) });
-/** The adaptive budget wants loop times and RTT samples; the others need no clock per loop. */
-const timesLoops = control.kind === 'adaptive';
+/** The adaptive budgets want loop times and RTT samples; the others need no clock per loop. */
+const timesLoops = control.kind === 'adaptive' || control.kind === 'min-batch';
 const holds = control.kind === 'batch-hold';
 /** Responses delivered by this loop's CQ polls (the memo's batch). */
 let loopResponses = 0;
 let loopT0 = 0;
-/** One sampled call at a time for the RTT the adaptive budget divides by. */
+/** copyrpc calls this daemon has in flight (min-batch waits for at most a quarter of them). */
+let inFlight = 0;
+/** One sampled call at a time for the RTT the adaptive budgets divide by. */
 let rttToken = -1;
 let rttStart = 0;
 /** batch-hold: client responses waiting to go out together (at most every client's window). */
@@ -145,6 +147,7 @@ let heldSince = 0;
 /** A copyrpc response: to its client now, or into the hold buffer while batch-hold holds. */
 function respond(t: number, buf: Uint8Array, off: number): void {
   loopResponses++;
+  inFlight--;
   if (t === rttToken) {
     control.rtt((performance.now() - rttStart) * 1000);
     rttToken = -1;
@@ -192,7 +195,10 @@ function tryCall(target: number, payload: Uint8Array, t: number, retries: number
   const ep = eps[target];
   if (ep === undefined) fail(`no copyrpc endpoint toward rank ${target} in this daemon (backend ${cfg.backend})`);
   for (let i = 0; ; i++) {
-    if (ep.call(payload, t, RESPONSE_BYTES) >= 0) return true;
+    if (ep.call(payload, t, RESPONSE_BYTES) >= 0) {
+      inFlight++;
+      return true;
+    }
     if (i >= retries) return false;
     rpc!.poll(onNestedResponse);
   }
@@ -336,7 +342,7 @@ for (let loop = 1; ; loop++) {
       loopT0 = now;
       if (rttToken >= 0 && now - rttStart > 1000) rttToken = -1; // a lost sample must not stop sampling
     }
-    control.endLoop(loopResponses, loopUs);
+    control.endLoop(loopResponses, loopUs, inFlight);
     countBatch(stats, loopResponses, control.setting);
   }
   stats[D.LOOPS]++;

@@ -48,10 +48,11 @@ export function median(xs: number[]): number {
 const f2 = (x: number | null) => (x === null || !Number.isFinite(x) ? '-' : x.toFixed(2));
 const f1 = (x: number | null) => (x === null || !Number.isFinite(x) ? '-' : x.toFixed(1));
 
-/** The controller and its average setting: `fixed:16`, `adaptive (u 7.2)`, `batch-hold (9.5 us)`. */
+/** The controller and its average setting: `fixed:16`, `adaptive (u 7.2)`, `min-batch (15.0)`, `batch-hold (9.5 us)`. */
 function pollControl(r: KvRow): string {
   if (r.poll_controller === null || r.poll_controller.startsWith('n/a')) return '-';
   if (r.poll_controller === 'adaptive') return `adaptive (u ${f1(r.poll_setting_avg)})`;
+  if (r.poll_controller === 'min-batch') return `min-batch (${f1(r.poll_setting_avg)})`;
   if (r.poll_controller === 'batch-hold') return `batch-hold (${f1(r.poll_setting_avg)} us)`;
   return r.poll_controller;
 }
@@ -126,7 +127,7 @@ export async function plotKv(rows: KvRow[], series: KvSeries[], outDir: string):
       { system: s.system, t_ms: t, metric: 'CQE batch (responses per loop)', value: s.series.cqe_batch[i] },
       ...(s.controller === 'none' || s.controller.startsWith('fixed') || s.controller.startsWith('n/a')
         ? []
-        : [{ system: s.system, t_ms: t, metric: s.controller === 'batch-hold' ? 'batch-hold: hold us' : 'adaptive: extra polls u', value: s.series.setting[i] }]),
+        : [{ system: s.system, t_ms: t, metric: s.controller === 'batch-hold' ? 'batch-hold: hold us' : `${s.controller}: extra polls`, value: s.series.setting[i] }]),
     ]),
   );
   if (points.length > 0) {

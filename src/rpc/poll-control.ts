@@ -17,6 +17,10 @@
  * - `batch-hold`: the notes' authors' replacement: responses to clients are held until
  *   `target` of them are ready or the hold time passes; the hold time is target / rate_ewma
  *   (rate = responses released / time held, EWMA alpha 0.125), clamped to 0.5-100 us.
+ * - `min-batch`: weft's own: `fixed:n` with n steered so that a loop lasts about one base round
+ *   trip (the memo's target), and a loop never waits for more than a quarter of the calls in
+ *   flight. The two above fail in the model wherever the collapse is real; this one does not
+ *   (docs/bistability.md).
  *
  * Pure arithmetic: no clock, no I/O, no allocation. The loop reads the public fields before it
  * polls and reports what it saw after; the same objects drive the simulator
@@ -30,12 +34,12 @@
  *   let got = engine.poll(onResponse);
  *   for (let i = 0; i < ctl.extraPolls && got < ctl.pollUntil; i++) got += engine.poll(onResponse);
  *   // ... issue, flush ...
- *   ctl.endLoop(got, (performance.now() - t0) * 1000);
+ *   ctl.endLoop(got, (performance.now() - t0) * 1000, callsInFlight);
  * }
  */
 
 /** The controllers by name. */
-export type PollControllerKind = 'none' | 'fixed' | 'adaptive' | 'batch-hold';
+export type PollControllerKind = 'none' | 'fixed' | 'adaptive' | 'batch-hold' | 'min-batch';
 
 /** What the loop owner tells a controller at creation. */
 export interface PollControllerOptions {
@@ -43,7 +47,7 @@ export interface PollControllerOptions {
   batchTarget?: number;
   /** batch-hold: hold time before the first rate estimate, us (the notes' default 10). */
   initialHoldUs?: number;
-  /** adaptive: RTT assumed until the first sample, us (the memo's T_rtt, 6). */
+  /** adaptive: RTT assumed until the first sample; min-batch: the base RTT until a smaller sample, us (the memo's T_rtt, 6). */
   rttUs?: number;
   /** adaptive: loops in each of the two warm-up phases (default 5000). */
   warmupLoops?: number;
@@ -67,8 +71,11 @@ export abstract class PollController {
   /** The loop stops its extra polls once this many completions have come in. */
   pollUntil = 1;
 
-  /** One loop ended: `batch` completions (responses) in `loopUs` microseconds. */
-  endLoop(_batch: number, _loopUs: number): void {}
+  /**
+   * One loop ended: `batch` completions (responses) in `loopUs` microseconds, with
+   * `outstanding` calls still in flight (min-batch uses it; the others ignore it).
+   */
+  endLoop(_batch: number, _loopUs: number, _outstanding?: number): void {}
   /** One call's round trip, from issue to completion, us. */
   rtt(_us: number): void {}
   /** Whether a response ready now should wait in the hold buffer instead of going out. */
@@ -387,15 +394,103 @@ export class AdaptiveBatchHold extends PollController {
   }
 }
 
+/** The adaptive minimum batch's target band, gains and bounds (docs/bistability.md). */
+export const MIN_BATCH_DEFAULTS = {
+  /** rho = loop / base RTT is steered into [rhoLow, rhoHigh] (the memo's control target). */
+  rhoLow: 0.8,
+  rhoHigh: 1.2,
+  /** Consecutive loops below the band before n doubles. */
+  lowNeed: 16,
+  /** Consecutive loops above the band, each of which waited, before n shrinks by n/8. */
+  highNeed: 64,
+  /** EWMA gain of the loop time (the memo's). */
+  alphaLoop: 0.05,
+  /** n never exceeds this... */
+  maxBatch: 256,
+  /** ...and a loop never waits for more than 1/inFlightShare of the calls in flight. */
+  inFlightShare: 4,
+  /** Base RTT assumed until a smaller sample is seen, us (the memo's T_rtt). */
+  rttUs: 6,
+} as const;
+
+/**
+ * Adaptive minimum batch: the notes' fixed budget with its N steered. A loop polls until `n`
+ * responses came in or n polls were made (`fixed:n`), and never waits for more than a quarter
+ * of the calls in flight. n doubles while loops are shorter than 0.8 base round trips and
+ * shrinks by an eighth while they are longer than 1.2 and waited for their batch.
+ *
+ * The memo's target (loop time about one RTT, rho = loop / RTT in 0.8-1.2) is kept; what
+ * changes is the actuator and the RTT. Its extra polls ended at the first completion, so they
+ * could not make a batch, only drop empty loops; here the loop waits for n responses. Its RTT
+ * was the measured one, which in a collapse is the queueing delay (1.9 ms, rho ~0.001 in any
+ * state); here it is the base round trip: the smallest sample seen, at most `rttUs`.
+ */
+export class AdaptiveMinBatch extends PollController {
+  readonly kind = 'min-batch';
+  readonly spec = 'min-batch';
+  /** The minimum batch: poll until n responses, or n polls. */
+  n = 1;
+  /** EWMA of the loop time, us (-1 before the first loop). */
+  loopEmaUs = -1;
+  /** The base round trip the loop time is compared with, us. */
+  rttBaseUs: number;
+  private lowCnt = 0;
+  private highCnt = 0;
+
+  constructor(options: PollControllerOptions = {}) {
+    super();
+    this.rttBaseUs = options.rttUs ?? MIN_BATCH_DEFAULTS.rttUs;
+    if (!(this.rttBaseUs > 0)) throw new RangeError(`min-batch: rttUs must be positive, got ${this.rttBaseUs}`);
+  }
+
+  /** Extra polls, as for `fixed:N` (n - 1). */
+  get setting(): number {
+    return this.extraPolls;
+  }
+  get settingUnit(): 'polls' {
+    return 'polls';
+  }
+
+  override rtt(us: number): void {
+    if (us > 0 && us < this.rttBaseUs) this.rttBaseUs = us;
+  }
+
+  override endLoop(batch: number, loopUs: number, outstanding?: number): void {
+    const d = MIN_BATCH_DEFAULTS;
+    this.loopEmaUs = this.loopEmaUs < 0 ? loopUs : this.loopEmaUs * (1 - d.alphaLoop) + loopUs * d.alphaLoop;
+    const rho = this.loopEmaUs / this.rttBaseUs;
+    // The loop waited when its first poll did not already bring what it waited for.
+    const waited = batch <= this.pollUntil && this.pollUntil > 1;
+    if (rho < d.rhoLow) {
+      this.highCnt = 0;
+      if (++this.lowCnt >= d.lowNeed) {
+        this.lowCnt = 0;
+        this.n = Math.min(d.maxBatch, this.n * 2);
+      }
+    } else if (rho > d.rhoHigh && waited) {
+      this.lowCnt = 0;
+      if (++this.highCnt >= d.highNeed) {
+        this.highCnt = 0;
+        this.n = Math.max(1, this.n - Math.max(1, this.n >> 3));
+      }
+    } else {
+      this.lowCnt = 0;
+      this.highCnt = 0;
+    }
+    this.extraPolls = this.n - 1;
+    this.pollUntil = outstanding === undefined ? this.n : Math.max(1, Math.min(this.n, Math.ceil(outstanding / d.inFlightShare)));
+  }
+}
+
 function clamp(x: number, lo: number, hi: number): number {
   return x < lo ? lo : x > hi ? hi : x;
 }
 
 /** The controller specs `createPollController` accepts, for help texts. */
-export const POLL_CONTROLLER_SPECS = 'none | fixed:N | adaptive | batch-hold';
+export const POLL_CONTROLLER_SPECS = 'none | fixed:N | adaptive | min-batch | batch-hold';
 
 /**
- * A controller from its spec: `none`, `fixed:N`, `adaptive` or `batch-hold`.
+ * A controller from its spec: `none`, `fixed:N`, `adaptive`, `min-batch` or `batch-hold`.
  *
  * @example
  * const ctl = createPollController('fixed:16'); // ctl.extraPolls === 15, ctl.pollUntil === 16
@@ -405,6 +500,7 @@ export function createPollController(spec: string, options: PollControllerOption
   if (s === 'none') return new NoPollControl();
   if (s === 'adaptive') return new AdaptivePollBudget(options);
   if (s === 'batch-hold') return new AdaptiveBatchHold(options);
+  if (s === 'min-batch') return new AdaptiveMinBatch(options);
   const m = /^fixed:(\d+)$/.exec(s);
   if (m) return new FixedPollBudget(Number(m[1]));
   throw new RangeError(`poll controller '${spec}': expected ${POLL_CONTROLLER_SPECS}`);

@@ -1,11 +1,12 @@
 /**
  * The poll controllers' state machines on scripted observation sequences: each step of the
- * memo's adaptive budget (warm-up self-identification, hysteresis, hold, collapse recovery)
+ * memo's adaptive budget (warm-up self-identification, hysteresis, hold, collapse recovery),
+ * of the minimum batch (doubling, shrinking only after waits, the in-flight cap, the base RTT)
  * and of the batch hold (rate EWMA, clamp, on/off), and the spec parser.
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { AdaptiveBatchHold, AdaptivePollBudget, createPollController, FixedPollBudget, NoPollControl } from 'weftjs/rpc';
+import { AdaptiveBatchHold, AdaptiveMinBatch, AdaptivePollBudget, createPollController, FixedPollBudget, MIN_BATCH_DEFAULTS, NoPollControl } from 'weftjs/rpc';
 
 const W = 100; // warm-up loops per phase in these tests
 
@@ -25,7 +26,7 @@ function warmed(b0: number, b1: number, loopUs = 0.7, rttUs = 6): AdaptivePollBu
   return c;
 }
 
-test('specs: none, fixed:N, adaptive, batch-hold; anything else is a RangeError naming the choices', () => {
+test('specs: none, fixed:N, adaptive, min-batch, batch-hold; anything else is a RangeError naming the choices', () => {
   assert.instance(createPollController('none'), NoPollControl);
   const f = createPollController('fixed:16');
   assert.instance(f, FixedPollBudget);
@@ -37,11 +38,13 @@ test('specs: none, fixed:N, adaptive, batch-hold; anything else is a RangeError 
   assert.is(one.pollUntil, 1);
   assert.instance(createPollController(' adaptive '), AdaptivePollBudget);
   assert.instance(createPollController('batch-hold', { batchTarget: 7 }), AdaptiveBatchHold);
+  assert.instance(createPollController('min-batch'), AdaptiveMinBatch);
   for (const bad of ['', 'fixed', 'fixed:', 'fixed:-1', 'fixed:1.5', 'fixed:x', 'adaptive2', 'hold']) {
-    assert.throws(() => createPollController(bad), (e: Error) => e instanceof RangeError && /none \| fixed:N \| adaptive \| batch-hold/.test(e.message), bad);
+    assert.throws(() => createPollController(bad), (e: Error) => e instanceof RangeError && /none \| fixed:N \| adaptive \| min-batch \| batch-hold/.test(e.message), bad);
   }
   assert.throws(() => new FixedPollBudget(2 ** 21), RangeError);
   assert.throws(() => new AdaptiveBatchHold({ batchTarget: 0 }), RangeError);
+  assert.throws(() => new AdaptiveMinBatch({ rttUs: 0 }), RangeError);
 });
 
 test('none and fixed never change, whatever they observe', () => {
@@ -180,6 +183,89 @@ test('batch hold: holds until target or hold time or nothing in flight; hold = t
   c.released(5, 0); // no time held: no rate sample
   assert.is(c.rateEwma, before);
   assert.is(c.settingUnit, 'us');
+});
+
+
+/** Runs `n` loops of a min-batch controller: `batch` responses in `loopUs`, `inFlight` left. */
+function loops(c: AdaptiveMinBatch, n: number, batch: number | ((c: AdaptiveMinBatch) => number), loopUs: number, inFlight = 1000): void {
+  for (let i = 0; i < n; i++) c.endLoop(typeof batch === 'number' ? batch : batch(c), loopUs, inFlight);
+}
+
+test('min-batch: starts as one poll, doubles n after 16 short loops in a row, up to 256', () => {
+  const d = MIN_BATCH_DEFAULTS;
+  const c = new AdaptiveMinBatch({ rttUs: 6 });
+  assert.is(c.extraPolls, 0);
+  assert.is(c.pollUntil, 1);
+  loops(c, d.lowNeed - 1, 1, 0.7); // rho = 0.7 / 6, below 0.8
+  assert.is(c.n, 1, 'not before 16 loops');
+  loops(c, 1, 1, 0.7);
+  assert.is(c.n, 2);
+  assert.is(c.pollUntil, 2);
+  assert.is(c.extraPolls, 1);
+  assert.is(c.setting, 1);
+  loops(c, d.lowNeed * 3, 1, 0.7);
+  assert.is(c.n, 16);
+  assert.is(c.extraPolls, 15);
+  loops(c, d.lowNeed * 20, 1, 0.7);
+  assert.is(c.n, d.maxBatch, 'capped');
+});
+
+test('min-batch: in the band n stays; above it n shrinks by n/8, only after loops that waited', () => {
+  const d = MIN_BATCH_DEFAULTS;
+  const steady = new AdaptiveMinBatch({ rttUs: 6 });
+  loops(steady, 10_000, 3, 6); // rho 1
+  loops(steady, 10_000, 3, 4.9); // rho 0.82
+  loops(steady, 10_000, 0, 7.1); // rho 1.18, and the loops waited
+  assert.is(steady.n, 1);
+  const c = new AdaptiveMinBatch({ rttUs: 6 });
+  loops(c, d.lowNeed * 6, 1, 0.7);
+  assert.is(c.n, 64);
+  // Long loops whose first poll already brought more than n: n is insurance, it stays.
+  loops(c, 1000, 300, 60);
+  assert.is(c.n, 64);
+  // Long loops that waited for their batch (batch <= n): n shrinks by an eighth per 64.
+  loops(c, d.highNeed - 1, 64, 60);
+  assert.is(c.n, 64);
+  loops(c, 1, 64, 60);
+  assert.is(c.n, 56);
+  loops(c, d.highNeed, 10, 60); // ran out of polls: waited too
+  assert.is(c.n, 49);
+  // A loop that did not wait in between starts the count again.
+  loops(c, d.highNeed - 1, 10, 60);
+  loops(c, 1, 300, 60);
+  loops(c, d.highNeed - 1, 10, 60);
+  assert.is(c.n, 49);
+  // Down to one poll, never below.
+  loops(c, d.highNeed * 200, 0, 60);
+  assert.is(c.n, 1);
+  assert.is(c.extraPolls, 0);
+});
+
+test('min-batch: never waits for more than a quarter of the calls in flight; polls stay n - 1', () => {
+  const c = new AdaptiveMinBatch({ rttUs: 6 });
+  loops(c, MIN_BATCH_DEFAULTS.lowNeed * 5, 1, 0.7, 1000);
+  assert.is(c.n, 32);
+  assert.is(c.pollUntil, 32);
+  c.endLoop(1, 0.7, 40);
+  assert.is(c.pollUntil, 10, '40 in flight: wait for 10');
+  assert.is(c.extraPolls, 31, 'for up to 31 polls');
+  c.endLoop(1, 0.7, 0);
+  assert.is(c.pollUntil, 1, 'nothing in flight: no waiting for a batch');
+  c.endLoop(1, 0.7);
+  assert.is(c.n >= 32 && c.pollUntil === c.n, true, 'without a count, n itself');
+});
+
+test('min-batch: the base RTT is the smallest sample, never raised by queueing', () => {
+  const c = new AdaptiveMinBatch({ rttUs: 6 });
+  c.rtt(1900); // a collapse's queueing delay
+  assert.is(c.rttBaseUs, 6);
+  c.rtt(4);
+  c.rtt(-1);
+  c.rtt(Number.NaN);
+  assert.is(c.rttBaseUs, 4);
+  // Loops of 4 us are in the band against 4 us, so n stays; against 6 they would be short.
+  loops(c, 100, 1, 4);
+  assert.is(c.n, 1);
 });
 
 test.run();

@@ -3,7 +3,7 @@
  * batching memo (docs/bistability.md). Runs every (NP, controller) pair, then each controller
  * again through an induced collapse; prints a table, writes JSON rows and SVG plots.
  *
- *   weft sim daemon-loop --np 2,4,8,16,32 --controllers none,fixed:16,adaptive,batch-hold
+ *   weft sim daemon-loop --np 2,4,8,16,32 --controllers none,fixed:16,adaptive,min-batch,batch-hold
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
@@ -82,7 +82,7 @@ export function daemonLoopCommand(): Command {
   const cmd = new Command('daemon-loop')
     .description('deterministic model of the delegation daemon loop (the CQE batching memo): Mops, CQE batch, outstanding per NP and poll controller')
     .option('--np <list>', 'ranks, comma-separated', list(integer(2)), [2, 4, 8, 16, 32])
-    .option('--controllers <list>', `poll controllers (${POLL_CONTROLLER_SPECS}), comma-separated`, controllerList, ['none', 'fixed:16', 'adaptive', 'batch-hold'])
+    .option('--controllers <list>', `poll controllers (${POLL_CONTROLLER_SPECS}), comma-separated`, controllerList, ['none', 'fixed:16', 'adaptive', 'min-batch', 'batch-hold'])
     .option('--no-recovery', 'skip the induced-collapse runs')
     .option('--collapse-at-ms <ms>', 'induced collapse, in runs that start with every request at once (high at every NP): the clients stall at <ms> (after the adaptive warm-up)...', number, 10)
     .option('--collapse-for-ms <ms>', '...for <ms>, then come back thinly over --start-spread-us; the recovery is timed from there', number, 1)

@@ -376,7 +376,7 @@ export function simulate(p: DaemonLoopParams, controller: string): SimResult {
     if (heldN[r] > 0 && c.shouldRelease(heldN[r], t - heldSince[r], outstanding[r])) release(r, t, c);
     const batch = loopBatch[r];
     const dt = t - loopStart[r];
-    c.endLoop(batch, dt);
+    c.endLoop(batch, dt, outstanding[r]);
     // metrics
     const s = loopStart[r];
     const setting = c.setting;
