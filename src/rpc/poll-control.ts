@@ -411,13 +411,21 @@ export const MIN_BATCH_DEFAULTS = {
   inFlightShare: 4,
   /** Base RTT assumed until a smaller sample is seen, us (the memo's T_rtt). */
   rttUs: 6,
+  /** EWMA gain of the RTT samples. */
+  alphaRtt: 1 / 16,
+  /** n grows only while calls queue: the RTT EWMA above queuedAbove x the base RTT... */
+  queuedAbove: 3,
+  /** ...and shrinks after loops that waited while it is below idleBelow x the base. */
+  idleBelow: 1.5,
 } as const;
 
 /**
  * Adaptive minimum batch: the notes' fixed budget with its N steered. A loop polls until `n`
  * responses came in or n polls were made (`fixed:n`), and never waits for more than a quarter
- * of the calls in flight. n doubles while loops are shorter than 0.8 base round trips and
- * shrinks by an eighth while they are longer than 1.2 and waited for their batch.
+ * of the calls in flight. n doubles while loops are shorter than 0.8 base round trips and calls
+ * queue somewhere (their RTT is over 3x the base: batching is what drains such queues). It
+ * shrinks by an eighth while loops that waited for their batch are longer than 1.2 base round
+ * trips, or while calls do not queue (RTT under 1.5x the base: waiting only adds latency).
  *
  * The memo's target (loop time about one RTT, rho = loop / RTT in 0.8-1.2) is kept; what
  * changes is the actuator and the RTT. Its extra polls ended at the first completion, so they
@@ -434,6 +442,8 @@ export class AdaptiveMinBatch extends PollController {
   loopEmaUs = -1;
   /** The base round trip the loop time is compared with, us. */
   rttBaseUs: number;
+  /** EWMA of the RTT samples, us (-1 before the first). */
+  rttEmaUs = -1;
   private lowCnt = 0;
   private highCnt = 0;
 
@@ -452,7 +462,9 @@ export class AdaptiveMinBatch extends PollController {
   }
 
   override rtt(us: number): void {
-    if (us > 0 && us < this.rttBaseUs) this.rttBaseUs = us;
+    if (!(us > 0)) return;
+    if (us < this.rttBaseUs) this.rttBaseUs = us;
+    this.rttEmaUs = this.rttEmaUs < 0 ? us : this.rttEmaUs + (us - this.rttEmaUs) * MIN_BATCH_DEFAULTS.alphaRtt;
   }
 
   override endLoop(batch: number, loopUs: number, outstanding?: number): void {
@@ -461,13 +473,16 @@ export class AdaptiveMinBatch extends PollController {
     const rho = this.loopEmaUs / this.rttBaseUs;
     // The loop waited when its first poll did not already bring what it waited for.
     const waited = batch <= this.pollUntil && this.pollUntil > 1;
-    if (rho < d.rhoLow) {
+    // Before the first RTT sample the loop may grow n (a collapse shows no RTT for a long time).
+    const queued = this.rttEmaUs < 0 || this.rttEmaUs > d.queuedAbove * this.rttBaseUs;
+    const idle = this.rttEmaUs >= 0 && this.rttEmaUs < d.idleBelow * this.rttBaseUs;
+    if (rho < d.rhoLow && queued) {
       this.highCnt = 0;
       if (++this.lowCnt >= d.lowNeed) {
         this.lowCnt = 0;
         this.n = Math.min(d.maxBatch, this.n * 2);
       }
-    } else if (rho > d.rhoHigh && waited) {
+    } else if ((rho > d.rhoHigh || idle) && waited) {
       this.lowCnt = 0;
       if (++this.highCnt >= d.highNeed) {
         this.highCnt = 0;

@@ -91,6 +91,7 @@ test('the poll controllers run in the daemon loops: --verify clean, the row name
   for (const [args, spec] of [
     [['--poll-budget', '8'], 'fixed:8'],
     [['--poll-controller', 'adaptive'], 'adaptive'],
+    [['--poll-controller', 'min-batch'], 'min-batch'],
     [['--poll-controller', 'batch-hold'], 'batch-hold'],
   ] as [string[], string][]) {
     const r = await bench(['--quick', '--verify', '--backends', 'delegation,meta', '--peers', 'none', ...args]);
@@ -103,6 +104,7 @@ test('the poll controllers run in the daemon loops: --verify clean, the row name
       assert.type(x.poll_setting_avg, 'number');
       if (spec === 'fixed:8') assert.is(x.poll_setting_avg, 7, 'fixed:8 = up to 7 extra polls');
       if (spec === 'batch-hold') assert.ok(x.poll_setting_avg >= 0.5 && x.poll_setting_avg <= 100, `hold ${x.poll_setting_avg} us`);
+      if (spec === 'min-batch') assert.ok(x.poll_setting_avg >= 0 && x.poll_setting_avg <= 255, `min-batch: ${x.poll_setting_avg} extra polls`);
       const h = x.cqe_hist as Record<string, number>;
       assert.equal(Object.keys(h), ['b0', 'b1', 'b2_10', 'b11_100', 'b100']);
       assert.ok(h.b1 + h.b2_10 + h.b11_100 + h.b100 > 0, `${spec} ${x.system}: no loop ever got a response`);
@@ -115,7 +117,7 @@ test('bad options are refused with a message', async () => {
     [['--backends', 'nope'], /backends are meta, delegation, direct/],
     [['--distribution', 'zipfian:x'], /uniform/],
     [['--nnodes', '2', '--peers', 'none'], /several hosts need --store/],
-    [['--poll-controller', 'bogus'], /none \| fixed:N \| adaptive \| batch-hold/],
+    [['--poll-controller', 'bogus'], /none \| fixed:N \| adaptive \| min-batch \| batch-hold/],
     [['--poll-budget', '8', '--poll-controller', 'adaptive'], /disagree/],
   ] as [string[], RegExp][]) {
     const r = await bench(args);

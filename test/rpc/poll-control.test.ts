@@ -255,6 +255,28 @@ test('min-batch: never waits for more than a quarter of the calls in flight; pol
   assert.is(c.n >= 32 && c.pollUntil === c.n, true, 'without a count, n itself');
 });
 
+test('min-batch: n grows only while calls queue (RTT over 3x the base), and shrinks after waits while they do not (under 1.5x)', () => {
+  const d = MIN_BATCH_DEFAULTS;
+  const c = new AdaptiveMinBatch({ rttUs: 6 });
+  for (let i = 0; i < 1000; i++) {
+    c.rtt(8); // 1.33x the base: nothing queues
+    c.endLoop(1, 0.7, 1000);
+  }
+  assert.is(c.n, 1, 'short loops, but no queue: no waiting');
+  for (let i = 0; i < 200; i++) c.rtt(60); // a queue forms
+  assert.ok(c.rttEmaUs > d.queuedAbove * 6);
+  loops(c, d.lowNeed * 4, 1, 0.7);
+  assert.is(c.n, 16);
+  for (let i = 0; i < 200; i++) c.rtt(12); // 2x: neither
+  loops(c, 1000, 2, 0.7);
+  assert.is(c.n, 16, 'between 1.5x and 3x nothing moves');
+  for (let i = 0; i < 200; i++) c.rtt(7);
+  loops(c, d.highNeed, 10, 6); // in the band, but the loops waited (10 of 16) and nothing queues
+  assert.is(c.n, 14);
+  loops(c, d.highNeed * 10, 400, 6); // loops that did not wait
+  assert.is(c.n, 14);
+});
+
 test('min-batch: the base RTT is the smallest sample, never raised by queueing', () => {
   const c = new AdaptiveMinBatch({ rttUs: 6 });
   c.rtt(1900); // a collapse's queueing delay
