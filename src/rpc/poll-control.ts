@@ -19,8 +19,9 @@
  *   (rate = responses released / time held, EWMA alpha 0.125), clamped to 0.5-100 us.
  * - `min-batch`: weft's own: `fixed:n` with n steered so that a loop lasts about one base round
  *   trip (the memo's target), and a loop never waits for more than a quarter of the calls in
- *   flight. The two above fail in the model wherever the collapse is real; this one does not
- *   (docs/bistability.md).
+ *   flight. The two above stay collapsed in the model wherever the collapse is real; this one
+ *   comes out of it under every input tried but one (a WRITE that outlasts the round trip;
+ *   docs/bistability.md).
  *
  * Pure arithmetic: no clock, no I/O, no allocation. The loop reads the public fields before it
  * polls and reports what it saw after; the same objects drive the simulator
@@ -401,13 +402,13 @@ export const MIN_BATCH_DEFAULTS = {
   rhoHigh: 1.2,
   /** Consecutive loops below the band before n doubles. */
   lowNeed: 16,
-  /** Consecutive loops above the band, each of which waited, before n shrinks by n/8. */
+  /** Consecutive loops that waited while above the band or with nothing queued, before n shrinks by n/8. */
   highNeed: 64,
   /** EWMA gain of the loop time (the memo's). */
   alphaLoop: 0.05,
   /** n never exceeds this... */
   maxBatch: 256,
-  /** ...and a loop never waits for more than 1/inFlightShare of the calls in flight. */
+  /** ...and a loop waits for at most ceil(in flight / inFlightShare) responses (at least 1). */
   inFlightShare: 4,
   /** Base RTT assumed until a smaller sample is seen, us (the memo's T_rtt). */
   rttUs: 6,
@@ -450,7 +451,7 @@ export class AdaptiveMinBatch extends PollController {
   constructor(options: PollControllerOptions = {}) {
     super();
     this.rttBaseUs = options.rttUs ?? MIN_BATCH_DEFAULTS.rttUs;
-    if (!(this.rttBaseUs > 0)) throw new RangeError(`min-batch: rttUs must be positive, got ${this.rttBaseUs}`);
+    if (!(this.rttBaseUs > 0 && Number.isFinite(this.rttBaseUs))) throw new RangeError(`min-batch: rttUs must be a positive number of microseconds, got ${this.rttBaseUs}`);
   }
 
   /** Extra polls, as for `fixed:N` (n - 1). */
@@ -462,19 +463,22 @@ export class AdaptiveMinBatch extends PollController {
   }
 
   override rtt(us: number): void {
-    if (!(us > 0)) return;
+    if (!(us > 0 && us < Infinity)) return;
     if (us < this.rttBaseUs) this.rttBaseUs = us;
     this.rttEmaUs = this.rttEmaUs < 0 ? us : this.rttEmaUs + (us - this.rttEmaUs) * MIN_BATCH_DEFAULTS.alphaRtt;
   }
 
   override endLoop(batch: number, loopUs: number, outstanding?: number): void {
     const d = MIN_BATCH_DEFAULTS;
-    this.loopEmaUs = this.loopEmaUs < 0 ? loopUs : this.loopEmaUs * (1 - d.alphaLoop) + loopUs * d.alphaLoop;
-    const rho = this.loopEmaUs / this.rttBaseUs;
-    // The loop waited when its first poll did not already bring what it waited for.
-    const waited = batch <= this.pollUntil && this.pollUntil > 1;
-    // Before the first RTT sample the loop may grow n (a collapse shows no RTT for a long time).
-    const queued = this.rttEmaUs < 0 || this.rttEmaUs > d.queuedAbove * this.rttBaseUs;
+    // A loop time that is not a time (a clock fault) is skipped, not folded in for good.
+    if (loopUs >= 0 && loopUs < Infinity) this.loopEmaUs = this.loopEmaUs < 0 ? loopUs : this.loopEmaUs * (1 - d.alphaLoop) + loopUs * d.alphaLoop;
+    const rho = this.loopEmaUs < 0 ? 1 : this.loopEmaUs / this.rttBaseUs;
+    // Whether the loop waited, as far as its batch tells: it could poll again and did not get
+    // more than it waited for (a first poll that brought exactly that many counts too).
+    const waited = this.extraPolls > 0 && batch <= this.pollUntil;
+    // Before the first round trip, calls in flight count as queued: a start that goes wrong shows
+    // no sample for a while. A loop that makes no calls has nothing to batch.
+    const queued = this.rttEmaUs < 0 ? outstanding !== undefined && outstanding > 0 : this.rttEmaUs > d.queuedAbove * this.rttBaseUs;
     const idle = this.rttEmaUs >= 0 && this.rttEmaUs < d.idleBelow * this.rttBaseUs;
     if (rho < d.rhoLow && queued) {
       this.highCnt = 0;
@@ -492,8 +496,14 @@ export class AdaptiveMinBatch extends PollController {
       this.lowCnt = 0;
       this.highCnt = 0;
     }
-    this.extraPolls = this.n - 1;
-    this.pollUntil = outstanding === undefined ? this.n : Math.max(1, Math.min(this.n, Math.ceil(outstanding / d.inFlightShare)));
+    if (outstanding === undefined || !(outstanding >= 0)) {
+      this.extraPolls = this.n - 1;
+      this.pollUntil = this.n;
+    } else {
+      // Nothing in flight: no response can come, so no poll waits for one.
+      this.extraPolls = outstanding === 0 ? 0 : this.n - 1;
+      this.pollUntil = Math.max(1, Math.min(this.n, Math.ceil(outstanding / d.inFlightShare)));
+    }
   }
 }
 

@@ -186,9 +186,15 @@ test('batch hold: holds until target or hold time or nothing in flight; hold = t
 });
 
 
-/** Runs `n` loops of a min-batch controller: `batch` responses in `loopUs`, `inFlight` left. */
-function loops(c: AdaptiveMinBatch, n: number, batch: number | ((c: AdaptiveMinBatch) => number), loopUs: number, inFlight = 1000): void {
-  for (let i = 0; i < n; i++) c.endLoop(typeof batch === 'number' ? batch : batch(c), loopUs, inFlight);
+/**
+ * Runs `n` loops of a min-batch controller: `batch` responses in `loopUs`, `inFlight` left, and
+ * one RTT sample of `rttUs` per loop (default 60 us: 10x the 6 us base, calls queue).
+ */
+function loops(c: AdaptiveMinBatch, n: number, batch: number, loopUs: number, inFlight = 1000, rttUs = 60): void {
+  for (let i = 0; i < n; i++) {
+    c.rtt(rttUs);
+    c.endLoop(batch, loopUs, inFlight);
+  }
 }
 
 test('min-batch: starts as one poll, doubles n after 16 short loops in a row, up to 256', () => {
@@ -210,17 +216,34 @@ test('min-batch: starts as one poll, doubles n after 16 short loops in a row, up
   assert.is(c.n, d.maxBatch, 'capped');
 });
 
-test('min-batch: in the band n stays; above it n shrinks by n/8, only after loops that waited', () => {
+test('min-batch: before the first round trip, calls in flight count as queued; a loop that makes no calls never waits', () => {
+  const c = new AdaptiveMinBatch();
+  for (let i = 0; i < 10_000; i++) c.endLoop(0, 0.7, 0);
+  assert.is(c.n, 1);
+  assert.is(c.extraPolls, 0);
+  for (let i = 0; i < 10_000; i++) c.endLoop(0, 0.7);
+  assert.is(c.n, 1);
+  const starting = new AdaptiveMinBatch();
+  for (let i = 0; i < MIN_BATCH_DEFAULTS.lowNeed * 2; i++) starting.endLoop(0, 0.7, 100);
+  assert.is(starting.n, 4, 'short loops, 100 calls out, no answer yet: a batch is worth waiting for');
+});
+
+test('min-batch: in the band n stays, even after waits; above it n shrinks by n/8, only after loops that waited', () => {
   const d = MIN_BATCH_DEFAULTS;
   const steady = new AdaptiveMinBatch({ rttUs: 6 });
-  loops(steady, 10_000, 3, 6); // rho 1
+  loops(steady, d.lowNeed * 3, 1, 0.7);
+  assert.is(steady.n, 8);
+  steady.loopEmaUs = 6; // skip the EWMA's climb: the loops below are in the band from the first
+  loops(steady, 10_000, 3, 6); // rho 1, and every loop waited (3 of 8)
   loops(steady, 10_000, 3, 4.9); // rho 0.82
-  loops(steady, 10_000, 0, 7.1); // rho 1.18, and the loops waited
-  assert.is(steady.n, 1);
+  loops(steady, 10_000, 3, 7.1); // rho 1.18
+  assert.is(steady.n, 8);
+  loops(steady, 1000, 3, 7.4); // rho 1.23, waited: out of the band
+  assert.ok(steady.n < 8, `n ${steady.n}`);
   const c = new AdaptiveMinBatch({ rttUs: 6 });
   loops(c, d.lowNeed * 6, 1, 0.7);
   assert.is(c.n, 64);
-  // Long loops whose first poll already brought more than n: n is insurance, it stays.
+  // Long loops whose polls brought more than n: n is insurance, it stays.
   loops(c, 1000, 300, 60);
   assert.is(c.n, 64);
   // Long loops that waited for their batch (batch <= n): n shrinks by an eighth per 64.
@@ -241,53 +264,64 @@ test('min-batch: in the band n stays; above it n shrinks by n/8, only after loop
   assert.is(c.extraPolls, 0);
 });
 
-test('min-batch: never waits for more than a quarter of the calls in flight; polls stay n - 1', () => {
+test('min-batch: waits for at most a quarter of the calls in flight (polls stay n - 1), none with nothing in flight', () => {
+  const d = MIN_BATCH_DEFAULTS;
   const c = new AdaptiveMinBatch({ rttUs: 6 });
-  loops(c, MIN_BATCH_DEFAULTS.lowNeed * 5, 1, 0.7, 1000);
+  loops(c, d.lowNeed * 5, 1, 0.7, 1000);
   assert.is(c.n, 32);
   assert.is(c.pollUntil, 32);
   c.endLoop(1, 0.7, 40);
   assert.is(c.pollUntil, 10, '40 in flight: wait for 10');
   assert.is(c.extraPolls, 31, 'for up to 31 polls');
   c.endLoop(1, 0.7, 0);
-  assert.is(c.pollUntil, 1, 'nothing in flight: no waiting for a batch');
+  assert.is(c.pollUntil, 1);
+  assert.is(c.extraPolls, 0, 'nothing in flight: no poll waits');
+  c.endLoop(1, 0.7, Number.NaN);
+  assert.is(c.pollUntil, c.n, 'no count: n itself');
   c.endLoop(1, 0.7);
-  assert.is(c.n >= 32 && c.pollUntil === c.n, true, 'without a count, n itself');
+  assert.is(c.pollUntil, c.n);
+  // With 3 in flight a loop waits for 1; loops that waited with nothing queued still shrink n.
+  const n0 = c.n;
+  for (let i = 0; i < 200; i++) c.rtt(7);
+  loops(c, d.highNeed * 4, 1, 0.7, 3, 7);
+  assert.is(c.pollUntil, 1);
+  assert.ok(c.n < n0, `n ${c.n}`);
 });
 
 test('min-batch: n grows only while calls queue (RTT over 3x the base), and shrinks after waits while they do not (under 1.5x)', () => {
   const d = MIN_BATCH_DEFAULTS;
   const c = new AdaptiveMinBatch({ rttUs: 6 });
-  for (let i = 0; i < 1000; i++) {
-    c.rtt(8); // 1.33x the base: nothing queues
-    c.endLoop(1, 0.7, 1000);
-  }
+  loops(c, 1000, 1, 0.7, 1000, 8); // 1.33x the base: nothing queues
   assert.is(c.n, 1, 'short loops, but no queue: no waiting');
   for (let i = 0; i < 200; i++) c.rtt(60); // a queue forms
   assert.ok(c.rttEmaUs > d.queuedAbove * 6);
   loops(c, d.lowNeed * 4, 1, 0.7);
   assert.is(c.n, 16);
-  for (let i = 0; i < 200; i++) c.rtt(12); // 2x: neither
-  loops(c, 1000, 2, 0.7);
+  for (let i = 0; i < 200; i++) c.rtt(12);
+  loops(c, 1000, 2, 0.7, 1000, 12); // 2x: neither
   assert.is(c.n, 16, 'between 1.5x and 3x nothing moves');
+  c.loopEmaUs = 6;
   for (let i = 0; i < 200; i++) c.rtt(7);
-  loops(c, d.highNeed, 10, 6); // in the band, but the loops waited (10 of 16) and nothing queues
-  assert.is(c.n, 14);
-  loops(c, d.highNeed * 10, 400, 6); // loops that did not wait
+  loops(c, 200, 400, 6, 1000, 7); // in the band and nothing queues, but the loops did not wait
+  assert.is(c.n, 16);
+  loops(c, d.highNeed, 10, 6, 1000, 7); // ... and now they waited (10 of 16)
   assert.is(c.n, 14);
 });
 
-test('min-batch: the base RTT is the smallest sample, never raised by queueing', () => {
+test('min-batch: the base RTT is the smallest sample, never raised by queueing; bad inputs are skipped', () => {
   const c = new AdaptiveMinBatch({ rttUs: 6 });
   c.rtt(1900); // a collapse's queueing delay
   assert.is(c.rttBaseUs, 6);
   c.rtt(4);
-  c.rtt(-1);
-  c.rtt(Number.NaN);
+  for (const bad of [-1, 0, Number.NaN, Infinity]) c.rtt(bad);
   assert.is(c.rttBaseUs, 4);
   // Loops of 4 us are in the band against 4 us, so n stays; against 6 they would be short.
   loops(c, 100, 1, 4);
   assert.is(c.n, 1);
+  const e = c.loopEmaUs;
+  for (const bad of [Number.NaN, -3, Infinity]) c.endLoop(1, bad, 10);
+  assert.is(c.loopEmaUs, e, 'a loop time that is not a time is not folded in');
+  assert.throws(() => new AdaptiveMinBatch({ rttUs: Infinity }), RangeError);
 });
 
 test.run();
