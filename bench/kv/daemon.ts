@@ -125,7 +125,9 @@ function answer(t: number, buf: Uint8Array, off: number): void {
 
 // ---- poll control (docs/bistability.md) ---------------------------------------------------
 /** The loop's poll controller: extra CQ polls (budgets) or a hold of client responses (batch-hold). */
-const control = createPollController(cfg.pollController, { batchTarget: Math.max(1, cfg.ranks - 1) });
+// direct's daemons only serve (their endpoints belong to remote clients): they make no calls,
+// so a controller has nothing to wait for, and the row says n/a.
+const control = createPollController(cfg.backend === 'direct' ? 'none' : cfg.pollController, { batchTarget: Math.max(1, cfg.ranks - 1) });
 /** The adaptive budgets want loop times and RTT samples; the others need no clock per loop. */
 const timesLoops = control.kind === 'adaptive' || control.kind === 'min-batch';
 const holds = control.kind === 'batch-hold';
