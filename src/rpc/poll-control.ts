@@ -433,6 +433,12 @@ export const MIN_BATCH_DEFAULTS = {
  * could not make a batch, only drop empty loops; here the loop waits for n responses. Its RTT
  * was the measured one, which in a collapse is the queueing delay (1.9 ms, rho ~0.001 in any
  * state); here it is the base round trip: the smallest sample seen, at most `rttUs`.
+ *
+ * @example
+ * const ctl = createPollController('min-batch', { rttUs: 6 }); // rttUs: the fabric's idle round trip
+ * // per loop: poll while got < ctl.pollUntil, at most ctl.extraPolls more times; then
+ * ctl.rtt(sampledRoundTripUs);           // now and then, for a call that completed
+ * ctl.endLoop(got, loopUs, callsInFlight); // no extra polls while nothing is in flight
  */
 export class AdaptiveMinBatch extends PollController {
   readonly kind = 'min-batch';
