@@ -134,7 +134,7 @@ const holds = control.kind === 'batch-hold';
 /** Responses delivered by this loop's CQ polls (the memo's batch). */
 let loopResponses = 0;
 let loopT0 = 0;
-/** copyrpc calls this daemon has in flight (min-batch waits for at most a quarter of them). */
+/** copyrpc calls this daemon has in flight (min-batch waits for at most a quarter of them; checked against the endpoints at shutdown). */
 let inFlight = 0;
 /** One sampled call at a time for the RTT the adaptive budgets divide by. */
 let rttToken = -1;
@@ -172,7 +172,7 @@ function respond(t: number, buf: Uint8Array, off: number): void {
 /** End of a loop holding responses: out they go when the controller says so. */
 function maybeRelease(): void {
   const heldUs = (performance.now() - heldSince) * 1000;
-  if (!control.shouldRelease(held, heldUs, outstanding())) return;
+  if (!control.shouldRelease(held, heldUs, inFlight)) return;
   const n = held;
   held = 0;
   for (let i = 0; i < n; i++) answer(heldTokens[i], heldBytes, i * RESPONSE_BYTES);
@@ -308,7 +308,11 @@ function phaseFlux(): number {
 const sendFlux = (target: number, payload: Uint8Array, t: number): boolean => flux!.call(target, payload, t);
 const sendCall = (target: number, payload: Uint8Array, t: number): boolean => tryCall(target, payload, t, 0);
 
-function outstanding(): number {
+/** The calls in flight, for the sampler (counted per call and answer: no sum over endpoints). */
+const outstanding = (): number => inFlight;
+
+/** The endpoints' own count of calls in flight, which `inFlight` must agree with. */
+function pendingOnEndpoints(): number {
   let s = 0;
   if (link) for (const ep of link.all) s += ep.pendingCalls;
   return s;
@@ -359,6 +363,8 @@ for (let loop = 1; ; loop++) {
 
 stopProfile();
 if (held > 0) fail(`${held} responses still held at shutdown`);
+// The count the poll controller was given must be the endpoints' (a drift is a bench bug).
+if (rpc && inFlight !== pendingOnEndpoints()) fail(`counted ${inFlight} copyrpc calls in flight at shutdown, the endpoints hold ${pendingOnEndpoints()}`);
 rpc?.close();
 deleg?.close();
 flux?.close();

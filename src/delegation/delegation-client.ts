@@ -22,12 +22,12 @@ import { plainPublishAllowed } from '../host/remote-fence.js';
 import { waitSync, type WaitPlan } from '../host/wait.js';
 import { Deadline, type WaitOptions } from '../util/deadline.js';
 import {
-  attachedClients, CLIENT, CLIENT_ATTACHED, CLIENT_CLOSING, CLIENT_RELEASED, clientWord, H, PHASE_ABANDONED, PHASE_IDLE, PHASE_RESERVED,
+  attachedClients, clearClientRecord, CLIENT, CLIENT_ATTACHED, CLIENT_CLOSING, CLIENT_RELEASED, clientWord, H, PHASE_ABANDONED, PHASE_IDLE, PHASE_RESERVED,
   PHASE_RESERVING, readHeader, RESP, SERVER, SLOT, type DelegationLayout,
 } from './delegation-layout.js';
 import { claimId } from './claim.js';
 import { ServerDisconnected } from './errors.js';
-import { clearOwner, ownerAlive, writeOwner } from './owner.js';
+import { ownerAlive, writeOwner } from './owner.js';
 import { openLayerSegment } from './segment.js';
 import { ServerWatch } from './server-watch.js';
 import { Waiter } from './waiter.js';
@@ -135,8 +135,7 @@ export class DelegationClient<U = unknown> extends Waiter {
     try {
       client = new DelegationClient<U>(name, sab, layout, id, options);
     } catch (err) {
-      i32[base + CLIENT.FENCES] = 0;
-      clearOwner(i32, base);
+      clearClientRecord(i32, base);
       Atomics.store(i32, base + CLIENT.STATE, CLIENT_RELEASED);
       throw err;
     }
@@ -340,8 +339,7 @@ export class DelegationClient<U = unknown> extends Waiter {
    */
   private leave(): void {
     if (this.inflight === 0) {
-      this.i32[this.base + CLIENT.FENCES] = 0;
-      clearOwner(this.i32, this.base);
+      clearClientRecord(this.i32, this.base);
     }
     Atomics.store(this.i32, this.base + CLIENT.STATE, this.inflight === 0 ? CLIENT_RELEASED : CLIENT_CLOSING);
   }

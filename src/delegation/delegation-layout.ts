@@ -10,6 +10,7 @@
  */
 import { WeftError } from '../errors.js';
 import { checkRange, checkSegmentBytes } from './header.js';
+import { clearOwner } from './owner.js';
 import { line } from './segment.js';
 
 /** "DLGRPCV1" as the notes' u64 0x444C_4752_5043_5631, little-endian. */
@@ -60,6 +61,15 @@ export const TAIL_EPOCH = 1 << 30;
  * with Atomics.store). Cleared whenever the id is released.
  */
 export const CLIENT = { STATE: 0, SLEEPING: 5, BELL: 6, FENCES: 7, PHASE: 16, RESERVED_POS: 17 } as const;
+
+/**
+ * Clears what a client's record says of its owner (the owner words and FENCES) as its id is
+ * released; the caller then stores the state.
+ */
+export function clearClientRecord(i32: Int32Array, base: number): void {
+  i32[base + CLIENT.FENCES] = 0;
+  clearOwner(i32, base);
+}
 /** Bytes of a client's record in the extension area. */
 export const CLIENT_RECORD = 128;
 /** A client between claiming its id and publishing its owner (the server leaves it be). */

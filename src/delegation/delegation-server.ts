@@ -24,11 +24,11 @@ import { joinRemoteFences, plainPublishAllowed } from '../host/remote-fence.js';
 import type { WaitPlan } from '../host/wait.js';
 import { Deadline, type WaitOptions } from '../util/deadline.js';
 import {
-  attachedClients, checkGeometry, CLIENT, CLIENT_ATTACHED, CLIENT_CLAIMING, CLIENT_CLOSING, CLIENT_DEAD, CLIENT_RELEASED, clientWord, H, layoutOf, PHASE_RESERVED, PHASE_RESERVING,
+  attachedClients, checkGeometry, clearClientRecord, CLIENT, CLIENT_ATTACHED, CLIENT_CLAIMING, CLIENT_CLOSING, CLIENT_DEAD, CLIENT_RELEASED, clientWord, H, layoutOf, PHASE_RESERVED, PHASE_RESERVING,
   RESP, SERVER, SLOT, TAIL_EPOCH, writeHeader, type DelegationGeometry, type DelegationLayout,
 } from './delegation-layout.js';
 import { REAP_ALIVE, REAP_DEAD, reapIfDead } from './claim.js';
-import { clearOwner, writeOwner } from './owner.js';
+import { writeOwner } from './owner.js';
 import { createLayerSegment, defaultJob, removeLayerSegment } from './segment.js';
 import { Waiter } from './waiter.js';
 
@@ -421,8 +421,7 @@ export class DelegationServer extends Waiter {
     // reply to the id's next owner would then pay a futex wake.
     if (from === CLIENT_DEAD) Atomics.store(this.i32, this.clientBase(c) + CLIENT.SLEEPING, 0);
     // Only the server moves an id out of CLOSING or DEAD: the owner words are its to clear.
-    this.i32[this.clientBase(c) + CLIENT.FENCES] = 0;
-    clearOwner(this.i32, this.clientBase(c));
+    clearClientRecord(this.i32, this.clientBase(c));
     Atomics.compareExchange(this.i32, this.clientBase(c) + CLIENT.STATE, from, CLIENT_RELEASED);
   }
 }

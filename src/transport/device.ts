@@ -257,7 +257,6 @@ export class Device implements PairHost, CompletionSink, CollectiveTransport {
    */
   abort(err: WeftError): void {
     if (this.failure) return;
-    this.failure = err;
     debugLog('%s: aborting the job: %s', this.label, err.message);
     this.failJob(err);
   }
