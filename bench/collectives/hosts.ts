@@ -38,6 +38,8 @@ export interface HostsBenchOptions extends Pick<RankPlan, 'ops' | 'sizes' | 'ite
   out?: string;
   plot?: string | false;
   timeoutMs: number;
+  /** Peers to run beside weft (`--peers`): undefined runs Open MPI and Gloo, [] neither. */
+  peers?: readonly string[];
 }
 
 /** The rows' provider names. */
@@ -137,7 +139,7 @@ export function hostsTables(rows: AggregatedRow[]): string {
   const ratio = (peer: AggregatedRow | undefined, w: AggregatedRow | undefined) => (peer && w ? `${(peer.median_us / w.median_us).toFixed(2)}x` : '-');
   const out: string[] = [];
   for (const op of [...new Set(rows.map((r) => r.op))]) {
-    const sizes = [...new Set(rows.filter((r) => r.op === op && r.system === 'weft').map((r) => r.bytes))].sort((a, b) => a - b);
+    const sizes = [...new Set(rows.filter((r) => r.op === op && r.system.startsWith('weft')).map((r) => r.bytes))].sort((a, b) => a - b);
     const header = ['size', 'weft', 'weft-sync', 'flat ofi', 'openmpi', 'gloo', 'vs openmpi', 'vs gloo', 'vs flat ofi'];
     const body = sizes.map((b) => {
       const w = get('weft', HOSTS, op, b);
@@ -195,6 +197,9 @@ export async function benchCollectivesOnHosts(o: HostsBenchOptions): Promise<{ r
   const raw: CollectiveResult[] = [];
   const failures: string[] = [];
   const avail = detect();
+  // Open MPI runs over tcp between the emulated hosts whichever of its names is asked for.
+  const wantMpi = o.peers === undefined || o.peers.some((p) => p.startsWith('mpi'));
+  const wantGloo = o.peers === undefined || o.peers.includes('gloo');
   const h = await EmulatedHosts.create(o.hosts);
   const progress = (rs: CollectiveResult[]) => {
     for (const r of rs) process.stderr.write(`  ${r.system} ${r.provider} np=${r.np} ${r.op}${r.op === 'barrier' ? '' : ` ${formatSize(r.bytes)}`}: ${formatUs(r.median_us)}\n`);
@@ -213,9 +218,13 @@ export async function benchCollectivesOnHosts(o: HostsBenchOptions): Promise<{ r
       if (o.runs > 1) process.stderr.write(`run ${run} of ${o.runs}\n`);
       await attempt('weft (hierarchical)', () => runWeftOnHosts(h, o, false));
       await attempt('weft (flat, all ofi)', () => runWeftOnHosts(h, o, true));
-      if (avail.mpi.available) await attempt('openmpi', () => runMpiOnHosts(h, o));
+      if (!wantMpi) {
+        // not asked for (--peers)
+      } else if (avail.mpi.available) await attempt('openmpi', () => runMpiOnHosts(h, o));
       else failures.push(`openmpi: skipped: ${avail.mpi.reason}`);
-      if (avail.gloo.available) await attempt('gloo', () => runGlooOnHosts(h, o));
+      if (!wantGloo) {
+        // not asked for (--peers)
+      } else if (avail.gloo.available) await attempt('gloo', () => runGlooOnHosts(h, o));
       else failures.push(`gloo: skipped: ${avail.gloo.reason}`);
     }
   } finally {

@@ -251,7 +251,7 @@ async function runCollectives(o: CollectivesOptions): Promise<void> {
     const np = o.np.length === 1 ? o.np[0] : 2 * o.hosts;
     if (np % o.hosts !== 0) throw new InvalidArgumentError(`--np ${np} does not spread evenly over --hosts ${o.hosts}`);
     const { benchCollectivesOnHosts } = await import('./hosts.js');
-    const res = await benchCollectivesOnHosts({ hosts: o.hosts, perHost: np / o.hosts, ops: o.ops, sizes: o.sizes, iters: o.iters, warmup: o.warmup, byteBudget: o.byteBudget, variants: o.variants, runs: o.runs, json: !!o.json, out: o.out, plot: o.plot === false ? false : o.plot === true ? undefined : o.plot, timeoutMs: o.timeout });
+    const res = await benchCollectivesOnHosts({ hosts: o.hosts, perHost: np / o.hosts, ops: o.ops, sizes: o.sizes, iters: o.iters, warmup: o.warmup, byteBudget: o.byteBudget, variants: o.variants, runs: o.runs, json: !!o.json, out: o.out, plot: o.plot === false ? false : o.plot === true ? undefined : o.plot, timeoutMs: o.timeout, peers: o.peers });
     if (!res.rows.some((r) => r.system.startsWith('weft'))) process.exitCode = 1;
     return;
   }

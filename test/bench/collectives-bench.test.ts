@@ -10,6 +10,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { EmulatedHosts } from '../../harness/emulated-hosts.js';
 
 const CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'bench', 'collectives', 'index.js');
 const dir = mkdtempSync(path.join(tmpdir(), 'weft-collectives-bench-'));
@@ -48,6 +49,26 @@ test('weft side at np=2: JSON rows with the required fields, one per system, op 
   assert.is(saved.rows.length, rows.length);
   assert.equal(saved.meta.failures, []);
 });
+
+// Across emulated hosts (root only): the command runs weft hierarchical and flat, honours
+// --peers none, and prints a table with a row per size even with the blocking variant alone.
+const noHosts = EmulatedHosts.unavailable();
+if (noHosts) console.log(`collectives bench --hosts: skipped (${noHosts})`);
+else
+  test('--hosts 2 --np 4, blocking variant only, no peers: hierarchical and flat rows, a table row per size', async () => {
+    const out = path.join(dir, 'hosts.json');
+    const args = ['--hosts', '2', '--np', '4', '--ops', 'allreduce', '--sizes', '8,4096', '--iters', '3', '--warmup', '1', '--variants', 'sync', '--peers', 'none', '--out', out, '--no-plot'];
+    const r = await run(args, 120_000);
+    assert.is(r.code, 0, `exit ${r.code}; stderr:\n${r.stderr}`);
+    const saved = JSON.parse(readFileSync(out, 'utf8')) as { rows: { system: string; provider: string; op: string; bytes: number; np: number }[]; meta: { failures: string[] } };
+    assert.equal(
+      saved.rows.map((x) => `${x.system} ${x.provider} ${x.bytes} np=${x.np}`).sort(),
+      ['weft-sync hosts 4096 np=4', 'weft-sync hosts 8 np=4', 'weft-sync hosts-flat-ofi 4096 np=4', 'weft-sync hosts-flat-ofi 8 np=4'],
+    );
+    assert.equal(saved.meta.failures, []);
+    assert.match(r.stdout, /^8 B +- +\d/m);
+    assert.match(r.stdout, /^4 KiB +- +\d/m);
+  });
 
 test.after(() => rmSync(dir, { recursive: true, force: true }));
 
