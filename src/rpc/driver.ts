@@ -178,8 +178,13 @@ export class Driver<U> {
     }
   }
 
+  /**
+   * Work left: requests, running handlers, a server, or replies written and not sent yet (a
+   * handler that settles after its server closed writes one as the last thing: the loop must
+   * go round once more to flush it).
+   */
   private busy(): boolean {
-    return this.live > 0 || this.handlers > 0 || (this.server !== undefined && !this.server.closed);
+    return this.live > 0 || this.handlers > 0 || (this.server !== undefined && !this.server.closed) || this.engine.pendingFlush;
   }
 
   private async run(): Promise<void> {
@@ -203,15 +208,29 @@ export class Driver<U> {
     }
   }
 
-  /** Waits (the one waiting loop, through the router) for a completion or a kick. */
+  /**
+   * Waits (the one waiting loop, through the router) for a completion or a kick. What is
+   * pending goes out first (a retry refused for credit may have asked for a report), and a
+   * reply written meanwhile outside the loop (through a handle, after an await) wakes it.
+   */
   private async idle(): Promise<void> {
+    this.engine.flush();
+    this.engine.onDirtyWhileIdle = this.wake;
     try {
       await this.engine.router.waitAsync(this.idleReady, this.idleCall);
     } catch (err) {
       const code = (err as WeftError).code;
       if (code !== 'ETIMEDOUT' && code !== 'EABORTED') throw err;
+    } finally {
+      this.engine.onDirtyWhileIdle = undefined;
     }
   }
+
+  private readonly wake = (): void => {
+    if (this.kicked) return;
+    this.kicked = true;
+    this.engine.router.kick();
+  };
 
   private readonly idleReady = (): boolean => this.kicked || this.engine.inboxSize > 0 || !this.busy();
 

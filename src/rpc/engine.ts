@@ -407,6 +407,18 @@ export class RpcEngine<U = unknown> implements RpcHost<U>, CompletionSink {
     if (ep.dirty) return;
     ep.dirty = true;
     this.dirtyList[this.nDirty++] = ep;
+    if (this.onDirtyWhileIdle !== undefined) this.onDirtyWhileIdle();
+  }
+
+  /**
+   * @internal Set by the driver while it waits for work: an endpoint made dirty meanwhile (a
+   * serve handler replying through its handle after an await) must wake it to be flushed.
+   */
+  onDirtyWhileIdle: (() => void) | undefined = undefined;
+
+  /** @internal Endpoints with something to send at the next flush. */
+  get pendingFlush(): boolean {
+    return this.nDirty > 0;
   }
 
   deliverResponse(userData: U, buffer: Uint8Array, offset: number, length: number, ep: Endpoint<U>): void {

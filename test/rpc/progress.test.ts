@@ -10,7 +10,10 @@
  * - the request driver retried its backlog only up to the first refusal, so a silent peer
  *   held back requests toward a healthy one until they timed out;
  * - a response callback that polled the device again (a blocking call inside it) made the
- *   router hand out part of a completion batch twice and lose the rest.
+ *   router hand out part of a completion batch twice and lose the rest;
+ * - serve(): a handler still running when its server closed wrote its reply and the driver
+ *   stopped without sending it; a reply made through the handle after an await waited, unsent,
+ *   until the handler's promise settled (the driver slept through it).
  * Two engines in one process, on shared memory.
  */
 import { suite } from 'uvu';
@@ -217,6 +220,56 @@ test('a response callback that polls the device again: every response once, in o
   } finally {
     A.router.detach(other.qpn, sink);
     other.close();
+    A.close();
+    B.close();
+  }
+});
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+test('serve: a handler still running when its server closes gets its reply out', async () => {
+  const { A, B, a, b } = await pair(1 << 16);
+  a.connect(b.localInfo());
+  b.connect(a.localInfo());
+  try {
+    let go: () => void = () => {};
+    const gate = new Promise<void>((r) => (go = r));
+    let started = false;
+    const server = B.serve(async (p) => {
+      started = true;
+      await gate;
+      return p;
+    });
+    const answer = a.request(Uint8Array.of(7), { timeoutMs: 3000 });
+    for (let i = 0; i < 300 && !started; i++) await sleep(10);
+    assert.ok(started, 'the handler never ran');
+    server.close();
+    go();
+    assert.equal([...(await answer)], [7]);
+  } finally {
+    A.close();
+    B.close();
+  }
+});
+
+test('serve: a reply made through the handle after an await goes out while the handler runs on', async () => {
+  const { A, B, a, b } = await pair(1 << 16);
+  a.connect(b.localInfo());
+  b.connect(a.localInfo());
+  let release: () => void = () => {};
+  const held = new Promise<void>((r) => (release = r));
+  try {
+    const server = B.serve(async (p, h) => {
+      await sleep(10);
+      h.reply(p);
+      await held; // the handler goes on after its reply
+      return undefined;
+    });
+    // The driver sleeps meanwhile (nothing else to do): the reply must wake it.
+    assert.equal([...(await a.request(Uint8Array.of(1, 2, 3), { timeoutMs: 2000 }))], [1, 2, 3]);
+    server.close();
+  } finally {
+    release();
     A.close();
     B.close();
   }
