@@ -39,8 +39,13 @@ export const H = {
   ACK: 11,
 } as const;
 
-/** 'WTM1' little-endian. */
-export const CHUNK_MAGIC = 0x314d5457;
+/**
+ * 'WTM2' little-endian. The number changes with the header's meaning, so a rank of another
+ * weft version fails at its first chunk with EPROTO instead of misreading it ('WTM1' had no
+ * credit in word 11: such a peer never returned credits its chunks now carry, and both sides
+ * waited out their timeouts).
+ */
+export const CHUNK_MAGIC = 0x324d5457;
 
 /** Header flag: the message is for a bound buffer (lands at ROFFSET). */
 export const FLAG_BOUND = 1;

@@ -5,8 +5,9 @@
  * Messages are split into chunks of at most `chunkBytes`; each chunk is a 64-byte header and
  * its payload in the next ring slot, announced by a WRITE_IMM (KIND_DATA). The receiver hands
  * each chunk to the matching receive (copy or reduce straight out of the ring) and returns
- * slots in batches of half a ring with a KIND_CREDIT immediate. Chunks of one message are
- * contiguous on a pair because sends leave in FIFO order.
+ * slots in its own chunks' headers (the count of chunks consumed rides on every chunk it
+ * sends), or, after half a ring consumed with nothing sent back, with a KIND_CREDIT
+ * immediate. Chunks of one message are contiguous on a pair because sends leave in FIFO order.
  *
  * On shm the sender writes header and payload straight into the peer's ring through the
  * mapped region (one copy) and the WRITE_IMM is a 0-byte doorbell; on ofi both go through a
@@ -404,7 +405,9 @@ export class Pair {
     try {
       this.qp.postWriteImm(this.host.staging, 0, this.remote, this.remoteBase, 0, ((L.KIND_CREDIT << L.KIND_SHIFT) | (this.consumed & L.KIND_MASK)) >>> 0, 0, false);
     } catch (err) {
-      this.fail(err as WeftError);
+      // The peer may be waiting for these slots with nothing else coming: end the job (every
+      // peer hears of it) rather than only this pair, which would leave it to its timeout.
+      this.host.abort(err instanceof WeftError ? err : new WeftError('EPROTO', `${this.host.label}: returning credits to rank ${this.peer} failed: ${(err as Error)?.message ?? String(err)}`));
     }
   }
 

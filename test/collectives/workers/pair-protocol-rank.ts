@@ -1,6 +1,6 @@
 // A rank of test/collectives/pair-protocol.test: counts the CREDIT immediates its pair to the other
 // rank posts (the transport's flow control) in two phases, and then, as rank 0, sends one
-// chunk with a forged header (argv[2]: credit, magic, seq or length); prints one JSON line per
+// chunk with a forged header (argv[2]: credit, magic, old-magic, seq or length); prints one JSON line per
 // phase.
 import { init, type WeftError } from '../../../src/index.js';
 import { H, HEADER_BYTES, KIND_CREDIT, KIND_DATA, KIND_SHIFT } from '../../../src/transport/layout.js';
@@ -73,6 +73,7 @@ if (rank === 0) {
   const w = (i: number) => i * 4;
   if (forge === 'credit') pair.consumed += 1000; // a credit for 1,000 chunks rank 1 never sent
   else if (forge === 'magic') tamper = (h) => h.setUint32(w(H.MAGIC), 0xdeadbeef, true);
+  else if (forge === 'old-magic') tamper = (h) => h.setUint32(w(H.MAGIC), 0x314d5457, true); // 'WTM1': chunks without a credit word
   else if (forge === 'seq') tamper = (h) => h.setUint32(w(H.SEQ), h.getUint32(w(H.SEQ), true) + 5, true);
   else if (forge === 'length') tamper = (h) => h.setUint32(w(H.LENGTH), 0x7fffffff, true);
 }
