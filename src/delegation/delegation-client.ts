@@ -274,15 +274,20 @@ export class DelegationClient<U = unknown> extends Waiter {
       }
       const user = this.users[s] as U;
       this.users[s] = undefined;
-      // The slot stays busy during the handler, so a call made from it cannot take it.
-      onResponse?.(user, this.responses[s], s);
-      // A plain store is enough: the server writes this slot again only for a call that
-      // names it, whose commit comes after this store (an Atomics.store, or on x86 a plain
-      // store, which x86 keeps after this one).
+      // Taken before the handler runs: a handler that throws, or polls again, must not get
+      // this response a second time. A plain store is enough: the server writes this slot
+      // again only for a call that names it, whose commit comes after this store (an
+      // Atomics.store, or on x86 a plain store, which x86 keeps after this one).
       u8[off] = 0;
-      busy[s] = 0;
-      this.inflight--;
       n++;
+      try {
+        // The slot stays busy during the handler, so a call made from it cannot take it (the
+        // response view stays intact).
+        onResponse?.(user, this.responses[s], s);
+      } finally {
+        busy[s] = 0;
+        this.inflight--;
+      }
     }
     if (oldest >= 0) this.oldest = oldest;
     else if (left === 0) this.oldest = this.inflight === 0 ? this.nextResp : this.firstBusy(s);

@@ -81,6 +81,10 @@ export class DelegationServer extends Waiter {
   private readonly payloads: Uint8Array[] = [];
   private readonly replies: Uint8Array[] = [];
   private readonly outstanding: Int32Array;
+  /** owed[client * respDepth + slot]: recv() gave that request and reply() has not answered it. */
+  private readonly owed: Uint8Array;
+  /** Requests recv() gave since the last advanceTail(): their ring slots are still the caller's. */
+  private held = 0;
   /** Per client going away: the head when the server saw it go (see releaseWhenDrained). */
   private readonly fence: Int32Array;
   private readonly fenced: Uint8Array;
@@ -116,6 +120,7 @@ export class DelegationServer extends Waiter {
     for (let i = 0; i < layout.ringDepth; i++) this.payloads.push(new Uint8Array(sab, H.RING + i * layout.reqSlot + SLOT.PAYLOAD, layout.requestBytes));
     for (let i = 0; i < layout.maxClients * layout.respDepth; i++) this.replies.push(new Uint8Array(sab, layout.respArea + i * layout.respSlot + RESP.PAYLOAD, layout.responseBytes));
     this.outstanding = new Int32Array(layout.maxClients);
+    this.owed = new Uint8Array(layout.maxClients * layout.respDepth);
     this.fence = new Int32Array(layout.maxClients);
     this.fenced = new Uint8Array(layout.maxClients);
     this.entry = { clientId: 0, respSlot: 0, payload: this.payloads[0] };
@@ -212,6 +217,13 @@ export class DelegationServer extends Waiter {
       this.stats.malformed++;
       throw new WeftError('EPROTO', `delegationrpc server ${this.name}: request at position ${p >>> 0} names client ${clientId} and response slot ${respSlot} (max_clients ${this.layout.maxClients}, resp_depth ${this.layout.respDepth}): dropped; something other than a weft client wrote into the ring`);
     }
+    const index = clientId * this.layout.respDepth + respSlot;
+    if (this.owed[index] !== 0) {
+      this.stats.malformed++;
+      throw new WeftError('EPROTO', `delegationrpc server ${this.name}: request at position ${p >>> 0} names client ${clientId}'s response slot ${respSlot}, which an earlier request still waits on: dropped; something other than a weft client wrote into the ring`);
+    }
+    this.owed[index] = 1;
+    this.held++;
     this.outstanding[clientId]++;
     const e = this.entry;
     e.clientId = clientId;
@@ -220,8 +232,16 @@ export class DelegationServer extends Waiter {
     return e;
   }
 
-  /** Publishes the cursor as the ring's tail: clients waiting for space go on. */
+  /**
+   * Publishes the cursor as the ring's tail: clients waiting for space go on, and the slots of
+   * the requests recv() gave are theirs again (the entries' payload views are then stale).
+   */
   advanceTail(): void {
+    this.held = 0;
+    this.publishTail();
+  }
+
+  private publishTail(): void {
     const c = this.cursor;
     if (c === this.tail) return;
     this.tail = c;
@@ -246,6 +266,10 @@ export class DelegationServer extends Waiter {
     // id be released with an answer owed, and that answer would reach the id's next owner.
     if (payload !== undefined && payload.length > this.layout.responseBytes) throw new WeftError('EINVAL', `delegationrpc server ${this.name}: reply of ${payload.length} bytes, the ring's responses are ${this.layout.responseBytes} bytes`);
     if (this.outstanding[clientId] <= 0) throw new WeftError('EINVAL', `delegationrpc server ${this.name}: reply to client ${clientId}, which has no request waiting for one: answer each request recv() gave once`);
+    // Per slot too: a second answer to one request would overwrite, or stay for, the slot's
+    // next call, and the real answer to another request of this client would then be refused.
+    if (this.owed[index] === 0) throw new WeftError('EINVAL', `delegationrpc server ${this.name}: reply to client ${clientId}'s response slot ${respSlot}, which has no request waiting for one: answer each request recv() gave once`);
+    this.owed[index] = 0;
     const left = --this.outstanding[clientId];
     const base = this.clientBase(clientId);
     const state = loadAcquire(this.i32, base + CLIENT.STATE);
@@ -336,8 +360,10 @@ export class DelegationServer extends Waiter {
     const now = performance.now();
     if (now - this.holeSince < this.holeTimeoutMs) return;
     this.holeSince = now;
-    // A client waiting for space behind the hole must see every slot the server freed.
-    this.advanceTail();
+    // A client waiting for space behind the hole must see every slot the server freed, but not
+    // the slots of requests the caller still holds (recv() without advanceTail() since): those
+    // go with the caller's advanceTail(), skipped holes included.
+    if (this.held === 0) this.publishTail();
     if (this.holeIsOwnedByLiveClient()) return;
     // Its owner may have committed between the check that found the hole and the phases read
     // just now (it stores committed, then the idle phase): look again before skipping. A
@@ -346,11 +372,23 @@ export class DelegationServer extends Waiter {
       this.holeActive = false;
       return;
     }
-    // Dead owner, a call abandoned on timeout, or nobody (a stray write to head): skip it.
+    // Dead owner, a call abandoned on timeout, or nobody (a stray write to head): skip it, and
+    // the run of such positions behind it up to head (abandoned calls, a head moved by a stray
+    // write) in this pass, each only after the same two looks; a run waiting out the timeout
+    // position by position would stall the ring for the run's length times the timeout.
     this.step();
     this.stats.holesSkipped++;
     this.holeActive = false;
-    this.advanceTail();
+    const u8 = this.u8;
+    const slot = this.layout.reqSlot;
+    for (let k = 1; k < this.layout.ringDepth; k++) {
+      const p = this.cursor;
+      if (Atomics.load(this.i32, HEAD_W) === p || Atomics.load(u8, H.RING + (p & this.ringMask) * slot) === 1) break;
+      if (this.holeIsOwnedByLiveClient() || Atomics.load(u8, H.RING + (p & this.ringMask) * slot) === 1) break;
+      this.step();
+      this.stats.holesSkipped++;
+    }
+    if (this.held === 0) this.publishTail();
   }
 
   /**
@@ -414,6 +452,7 @@ export class DelegationServer extends Waiter {
   /** Frees a client id for reuse once nothing more will be written to its slots. */
   private release(c: number, from: number): void {
     this.outstanding[c] = 0;
+    this.owed.fill(0, c * this.layout.respDepth, (c + 1) * this.layout.respDepth);
     this.fenced[c] = 0;
     const l = this.layout;
     for (let s = 0; s < l.respDepth; s++) Atomics.store(this.u8, l.respArea + (c * l.respDepth + s) * l.respSlot + RESP.VALID, 0);

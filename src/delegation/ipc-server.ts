@@ -69,6 +69,8 @@ export class IpcServer extends Waiter {
   private readonly cursor: Int32Array;
   private readonly respPos: Int32Array;
   private readonly outstanding: Int32Array;
+  /** owed[client * depth + tag]: recv() gave that request and reply() has not answered it. */
+  private readonly owed: Uint8Array;
   private readonly idle: Int32Array;
   private readonly live: Uint8Array;
   private readonly entry: IpcRequest;
@@ -99,6 +101,7 @@ export class IpcServer extends Waiter {
     this.cursor = new Int32Array(n);
     this.respPos = new Int32Array(n);
     this.outstanding = new Int32Array(n);
+    this.owed = new Uint8Array(n * layout.depth);
     this.idle = new Int32Array(n);
     this.live = new Uint8Array(n);
     this.entry = { clientId: 0, tag: 0, payload: this.reqRings[0].payload(0) };
@@ -151,6 +154,12 @@ export class IpcServer extends Waiter {
               this.stats.malformed++;
               throw new WeftError('EPROTO', `ipc server ${this.name}: client ${c}'s request at ${pos >>> 0} has tag ${tag}, out of [0, ${this.layout.depth}): dropped; something other than a weft client wrote into its ring`);
             }
+            const index = c * this.layout.depth + tag;
+            if (this.owed[index] !== 0) {
+              this.stats.malformed++;
+              throw new WeftError('EPROTO', `ipc server ${this.name}: client ${c}'s request at ${pos >>> 0} has tag ${tag}, which an earlier request still waits on: dropped; something other than a weft client wrote into its ring`);
+            }
+            this.owed[index] = 1;
             this.outstanding[c]++;
             const e = this.entry;
             e.clientId = c;
@@ -190,6 +199,10 @@ export class IpcServer extends Waiter {
     if (payload !== undefined && payload.length > this.layout.responseBytes) throw new WeftError('EINVAL', `ipc server ${this.name}: reply to client ${clientId} of ${payload.length} bytes, responses are ${this.layout.responseBytes} bytes: send at most that many`);
     if (tag >>> 0 >= this.layout.depth) throw new WeftError('EINVAL', `ipc server ${this.name}: reply to client ${clientId} with tag ${tag}, out of [0, ${this.layout.depth}): pass the tag recv() gave`);
     if (this.outstanding[clientId] <= 0) throw new WeftError('EINVAL', `ipc server ${this.name}: reply to client ${clientId}, which has no request waiting for one: answer each request recv() gave once`);
+    // Per tag too: a second answer to one request would reach the tag's next call.
+    const index = clientId * this.layout.depth + tag;
+    if (this.owed[index] === 0) throw new WeftError('EINVAL', `ipc server ${this.name}: reply to client ${clientId} with tag ${tag}, which has no request waiting for one: answer each request recv() gave once`);
+    this.owed[index] = 0;
     const left = --this.outstanding[clientId];
     const line = (clientBlock(this.layout, clientId) >> 2);
     const state = loadAcquire(this.i32, line + ICLI.STATE);
@@ -282,6 +295,7 @@ export class IpcServer extends Waiter {
     for (let k = 0; k < this.layout.depth && ring.ready(this.cursor[c]); k++) this.cursor[c] = (this.cursor[c] + 1) | 0;
     const line = clientBlock(this.layout, c) >> 2;
     this.outstanding[c] = 0;
+    this.owed.fill(0, c * this.layout.depth, (c + 1) * this.layout.depth);
     Atomics.store(this.i32, line + ICLI.RESUME_REQ, this.cursor[c]);
     Atomics.store(this.i32, line + ICLI.RESUME_RESP, this.respPos[c]);
     // A thread that died asleep in a wait never took itself off the sleeper count: every

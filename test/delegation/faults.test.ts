@@ -92,6 +92,49 @@ test('a hole whose owner commits while the server decides to skip it is taken in
   server.close();
 });
 
+test('a live hole behind requests the server still holds: the tail stays put, so their slots are not handed out again', async () => {
+  const server = DelegationServer.create({ maxClients: 4, ringDepth: 4, respDepth: 4, requestBytes: 8, responseBytes: 8, holeTimeoutMs: 1 });
+  const a = DelegationClient.connect<string>(server.name);
+  const b = DelegationClient.connect<string>(server.name);
+  const tailWord = new Int32Array(Object.getOwnPropertyDescriptor(server, 'u8')!.value.buffer, 192, 1);
+  assert.ok(a.call(Uint8Array.of(1), 'a'));
+  assert.is(server.poll(), 1);
+  const held = server.recv()!; // held: its slot stays the server's until advanceTail()
+  b.begin('b')![0] = 2; // a live slow committer right behind it
+  // The hole is looked at every 256th empty poll: noted, then examined once older than 1 ms.
+  for (let round = 0; round < 3; round++) {
+    for (let i = 0; i < 256; i++) server.poll();
+    await sleep(5);
+  }
+  assert.is(Atomics.load(tailWord, 0), 0, 'the tail did not move past the held request');
+  assert.is(held.payload[0], 1);
+  server.reply(held.clientId, held.respSlot, held.payload);
+  server.advanceTail();
+  assert.is(Atomics.load(tailWord, 0), 1, "the caller's advanceTail() publishes it");
+  b.commit();
+  assert.equal(await drain(server, 1), [2]);
+  a.close();
+  b.close();
+  server.close();
+});
+
+test('a run of abandoned positions up to head is skipped in one pass, not one timeout each', async () => {
+  const server = DelegationServer.create({ maxClients: 4, ringDepth: 64, respDepth: 4, requestBytes: 8, responseBytes: 8, holeTimeoutMs: 5 });
+  const a = DelegationClient.connect<string>(server.name);
+  const headWord = new Int32Array(Object.getOwnPropertyDescriptor(server, 'u8')!.value.buffer, 128, 1);
+  // 20 positions nobody will commit (a stray write to head, or 20 calls abandoned on timeout).
+  Atomics.add(headWord, 0, 20);
+  const internals = server as unknown as { checkHole(): void };
+  internals.checkHole(); // the hole at the cursor is noted
+  await sleep(10);
+  internals.checkHole(); // and examined: nobody owns it
+  assert.is(server.stats.holesSkipped, 20);
+  assert.ok(a.call(Uint8Array.of(5), 'after'), 'the ring takes calls again at once');
+  assert.equal(await drain(server, 1), [5]);
+  a.close();
+  server.close();
+});
+
 test('a client that closes with calls still in the ring keeps its id until they are answered: the next owner never gets their answers', () => {
   const server = DelegationServer.create({ maxClients: 1, ringDepth: 8, respDepth: 2, requestBytes: 1, responseBytes: 1 });
   const a = DelegationClient.connect<string>(server.name);

@@ -567,6 +567,62 @@ test('delegationrpc: a reply refused for its size, or owing nothing, leaves the 
   server.close();
 });
 
+test('a second reply to one request is refused while another request of the client waits (delegationrpc and ipc): the slot\'s next call never gets it', () => {
+  const server = DelegationServer.create({ maxClients: 1, ringDepth: 8, respDepth: 4, requestBytes: 8, responseBytes: 8 });
+  const a = DelegationClient.connect<string>(server.name);
+  assert.ok(a.call(enc('A-0'), 'A0'));
+  assert.ok(a.call(enc('A-1'), 'A1'));
+  assert.is(server.poll(), 2);
+  const r0 = { ...server.recv()! };
+  const r1 = { ...server.recv()! };
+  server.advanceTail();
+  server.reply(r0.clientId, r0.respSlot, enc('ansA-0'));
+  // The per-client count alone (one answer still owed, A-1's) let this through.
+  assert.throws(() => server.reply(r0.clientId, r0.respSlot, enc('dup')), (e: Coded) => e.code === 'EINVAL' && new RegExp(`response slot ${r0.respSlot}, which has no request waiting`).test(e.message));
+  server.reply(r1.clientId, r1.respSlot, enc('ansA-1'));
+  const got: string[] = [];
+  assert.is(a.poll((u, r) => got.push(`${u}:${dec(r)}`)), 2);
+  assert.equal(got.sort(), ['A0:ansA-0', 'A1:ansA-1']);
+  a.close();
+  server.close();
+
+  const ipc = IpcServer.create({ maxClients: 1, depth: 4, requestBytes: 8, responseBytes: 8 });
+  const b = IpcClient.connect<string>(ipc.name);
+  assert.ok(b.call(enc('B-0'), 'B0'));
+  assert.ok(b.call(enc('B-1'), 'B1'));
+  const q0 = take(ipc);
+  const q1 = take(ipc);
+  ipc.reply(0, q0.tag, enc('ansB-0'));
+  assert.throws(() => ipc.reply(0, q0.tag, enc('dup')), (e: Coded) => e.code === 'EINVAL' && new RegExp(`tag ${q0.tag}, which has no request waiting`).test(e.message));
+  ipc.reply(0, q1.tag, enc('ansB-1'));
+  const seen: string[] = [];
+  assert.is(b.poll((u, r) => seen.push(`${u}:${dec(r)}`)), 2);
+  assert.equal(seen, ['B0:ansB-0', 'B1:ansB-1']);
+  b.close();
+  ipc.close();
+});
+
+test('delegationrpc: a response handler that throws gets its response once; the call is no longer in flight', () => {
+  const server = DelegationServer.create({ maxClients: 1, ringDepth: 8, respDepth: 4, requestBytes: 8, responseBytes: 8 });
+  const a = DelegationClient.connect<string>(server.name);
+  assert.ok(a.call(enc('A-0'), 'A0'));
+  assert.is(server.poll(), 1);
+  const r = server.recv()!;
+  server.reply(r.clientId, r.respSlot, enc('ans'));
+  server.advanceTail();
+  let calls = 0;
+  assert.throws(() => a.poll(() => {
+    calls++;
+    throw new Error('handler failed');
+  }), /handler failed/);
+  assert.is(a.poll(() => calls++), 0, 'the response is not handed out again');
+  assert.is(calls, 1);
+  assert.is(a.inFlight, 0);
+  assert.ok(a.call(enc('A-1'), 'A1'), 'its slot is free again');
+  a.close();
+  server.close();
+});
+
 test("a closed client's poll and wait throw ECLOSED: they never take the answers of the id's next owner (delegationrpc and ipc)", async () => {
   {
     const server = DelegationServer.create({ maxClients: 1, ringDepth: 8, respDepth: 2, requestBytes: 8, responseBytes: 8 });
