@@ -10,7 +10,7 @@
  */
 import { WeftError } from '../errors.js';
 import { turn } from '../host/wait.js';
-import { Deadline, defaultTimeoutMs, type WaitOptions } from '../util/deadline.js';
+import { Deadline, defaultTimeoutMs, timerMs, type WaitOptions } from '../util/deadline.js';
 import type { RpcEngine } from './engine.js';
 import type { Endpoint } from './endpoint.js';
 import type { RecvHandle } from './recv-handle.js';
@@ -92,7 +92,7 @@ export class Driver<U> {
       const p = new PendingRequest<U>(ep, bytes, allowance, options.signal, resolve, reject);
       this.live++;
       if (options.signal?.aborted) return this.settle(p, new WeftError('EABORTED', `${ep.name}: request aborted by the caller's AbortSignal before it was sent`, { cause: options.signal.reason }));
-      p.timer = setTimeout(() => this.settle(p, new WeftError('ETIMEDOUT', `${ep.name}: request got no response within ${timeoutMs} ms; the peer may be dead, stuck or not serving (it must run serve() or poll and recv()); raise timeoutMs if it is only slow`)), timeoutMs);
+      p.timer = setTimeout(() => this.settle(p, new WeftError('ETIMEDOUT', `${ep.name}: request got no response within ${timeoutMs} ms; the peer may be dead, stuck or not serving (it must run serve() or poll and recv()); raise timeoutMs if it is only slow`)), timerMs(timeoutMs));
       if (options.signal) {
         p.onAbort = () => this.settle(p, new WeftError('EABORTED', `${ep.name}: request aborted by the caller's AbortSignal`, { cause: options.signal?.reason }));
         options.signal.addEventListener('abort', p.onAbort, { once: true });

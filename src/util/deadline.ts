@@ -20,6 +20,18 @@ export function defaultTimeoutMs(): number {
 }
 let cachedMs: number | undefined;
 
+/** The longest delay Node's timers keep (2^31 - 1 ms, 24.8 days): a longer one fires after 1 ms. */
+export const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/**
+ * A delay for setTimeout: at least 0, at most MAX_TIMER_MS. A timeout of Infinity (or over
+ * 24.8 days) then waits 24.8 days instead of firing at once, as Node does with what it cannot
+ * hold (a TimeoutOverflowWarning and 1 ms).
+ */
+export function timerMs(ms: number): number {
+  return ms > MAX_TIMER_MS ? MAX_TIMER_MS : ms > 0 ? ms : 0;
+}
+
 /** A point in time after which a blocking call gives up. */
 export class Deadline {
   readonly at: number;

@@ -206,6 +206,32 @@ test('a client started before the server connects once it listens', async () => 
   await server.close();
 });
 
+test('a wait with timeoutMs Infinity waits (Node fires timers over 2^31 - 1 ms after 1 ms); an accept error after listen does not kill the host', async () => {
+  const secret = randomBytes(32).toString('hex');
+  const server = await TcpStoreServer.listen({ secret });
+  const a = await TcpStore.connect(server.url, { secret });
+  const b = await TcpStore.connect(server.url, { secret });
+  try {
+    const got = a.get('later', { timeoutMs: Infinity });
+    const early = await Promise.race([got.then(() => 'settled', () => 'settled'), new Promise((r) => setTimeout(() => r('waiting'), 200))]);
+    assert.is(early, 'waiting', 'the get must still wait 200 ms later');
+    await b.set('later', enc('v'));
+    assert.is(dec(await got), 'v');
+    // An accept error (EMFILE) after the server listens: reported, and the store serves on.
+    const internal = (server as unknown as { server: import('node:net').Server }).server;
+    const err = Object.assign(new Error('accept EMFILE'), { code: 'EMFILE' });
+    internal.emit('error', err);
+    internal.emit('error', err);
+    assert.is(server.acceptErrors, 2);
+    await b.set('after', enc('w'));
+    assert.is(dec(await a.get('after', { timeoutMs: 2000 })), 'w');
+  } finally {
+    await a.close();
+    await b.close();
+    await server.close();
+  }
+});
+
 test('nothing listening: ETIMEDOUT naming the address; a non-weft server: EPROTO', async () => {
   const probe = await TcpStoreServer.listen();
   const { port } = probe.address;

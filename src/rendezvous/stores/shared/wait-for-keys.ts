@@ -4,7 +4,7 @@
  * and the deadline helpers around it.
  */
 import { WeftError } from '../../../errors.js';
-import { Deadline, type WaitOptions } from '../../../util/deadline.js';
+import { Deadline, timerMs, type WaitOptions } from '../../../util/deadline.js';
 
 /** How long a look with timeoutMs 0 may take to answer. */
 const LOOK_MS = 5000;
@@ -133,7 +133,7 @@ export function nap(ms: number, signal: AbortSignal | undefined, register: (wake
     };
     const onAbort = () => done('abort');
     if (signal?.aborted) return resolve('abort');
-    const timer = setTimeout(() => done('timer'), Math.max(0, ms));
+    const timer = setTimeout(() => done('timer'), timerMs(ms));
     signal?.addEventListener('abort', onAbort, { once: true });
     register(() => done('wake'));
   });
@@ -159,7 +159,7 @@ export function withDeadline<T>(work: Promise<T>, deadline: Deadline, onTimeout:
       deadline.signal?.removeEventListener('abort', onAbort);
     };
     const onAbort = () => (finish(), reject(onTimeout()));
-    const timer = setTimeout(onAbort, deadline.remaining());
+    const timer = setTimeout(onAbort, timerMs(deadline.remaining()));
     deadline.signal?.addEventListener('abort', onAbort, { once: true });
     work.then(
       (v) => (finish(), resolve(v)),

@@ -9,6 +9,7 @@ import { encodeCounter, sameBytes } from '../shared/values.js';
 import { credentialFromEnv } from '../shared/secrets.js';
 import { newStats, type StoreStats } from '../../store.js';
 import { DEFAULT_MAX_FRAME, FLAG_AUTH, FLAG_ONCE, FrameReader, FrameSplitter, FrameWriter, handshakeProof, MAGIC, NONCE_BYTES, Op, proofMatches, ProtocolError, secretKey, Status, VERSION } from './protocol.js';
+import { timerMs } from '../../../util/deadline.js';
 
 export interface TcpStoreServerOptions {
   /** Interface to listen on (default 127.0.0.1; use 0.0.0.0 or the host's address for multi-host jobs). */
@@ -148,7 +149,20 @@ export class TcpStoreServer {
     this.address = { host: a.address, port: a.port };
     const h = a.address === '0.0.0.0' ? '127.0.0.1' : a.address === '::' ? '::1' : a.address;
     this.url = `tcp://${h.includes(':') ? `[${h}]` : h}:${a.port}`;
+    // Once listening, an accept error (EMFILE with many connections) must not be an unhandled
+    // 'error' that kills the launcher hosting the store: say so once per kind and go on.
+    const seen = new Set<string>();
+    this.server.on('error', (e: NodeJS.ErrnoException) => {
+      this.acceptErrors++;
+      const kind = e.code ?? e.message;
+      if (seen.has(kind)) return;
+      seen.add(kind);
+      process.stderr.write(`weft TcpStoreServer ${this.url}: ${e.message} (the store goes on serving its connections)\n`);
+    });
   }
+
+  /** Errors the listening socket reported after it was bound (accept errors). */
+  acceptErrors = 0;
 
   /** Stops listening and drops every connection (pending waits end with the connection). */
   async close(): Promise<void> {
@@ -344,7 +358,7 @@ export class TcpStoreServer {
     const w: Waiter = { conn, id, op, keys, missing, timer: undefined as unknown as NodeJS.Timeout };
     if (missing.size === 0) return this.answer(w);
     if (timeoutMs === 0) return this.timeout(w);
-    w.timer = setTimeout(() => this.timeout(w), timeoutMs);
+    w.timer = setTimeout(() => this.timeout(w), timerMs(timeoutMs));
     conn.waiters.set(id, w);
     for (const k of missing) {
       let set = this.waiting.get(k);

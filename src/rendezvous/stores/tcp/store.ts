@@ -4,7 +4,7 @@
 import { randomBytes, type KeyObject } from 'node:crypto';
 import { connect as netConnect, type Socket } from 'node:net';
 import { WeftError } from '../../../errors.js';
-import { Deadline, defaultTimeoutMs, type WaitOptions } from '../../../util/deadline.js';
+import { Deadline, defaultTimeoutMs, timerMs, type WaitOptions } from '../../../util/deadline.js';
 import { newStats, type CloseOptions, type SetOptions, type Store, type StoreStats } from '../../store.js';
 import { checkDelta, checkKey, checkKeys, checkValue } from '../shared/arguments.js';
 import { existsError } from '../shared/values.js';
@@ -272,7 +272,7 @@ export class TcpStore implements Store {
           reject(waitError(`TcpStore ${this.url}: ${what}`, deadline, waitKeys, waitKeys.length));
         } else reject(new WeftError('EABORTED', `TcpStore ${this.url}: ${what} aborted by the caller's AbortSignal`, { cause: deadline.signal?.reason }));
       };
-      const timer = setTimeout(onTimeout, Math.max(0, deadline.remaining()) + (waitKeys ? SERVER_GRACE_MS : 0));
+      const timer = setTimeout(onTimeout, timerMs(deadline.remaining() + (waitKeys ? SERVER_GRACE_MS : 0)));
       this.pending.set(id, { resolve: (r) => (finish(), resolve(r)), reject: (e) => (finish(), reject(e)) });
       if (deadline.signal?.aborted) return onAbort(); // it fired while we were connecting
       deadline.signal?.addEventListener('abort', onAbort, { once: true });
@@ -366,7 +366,7 @@ export class TcpStore implements Store {
     let timer: NodeJS.Timeout | undefined;
     return new Promise<FrameReader | undefined>((resolve, reject) => {
       this.pending.set(id, { resolve, reject });
-      timer = setTimeout(() => resolve(undefined), Math.max(0, deadline.remaining()));
+      timer = setTimeout(() => resolve(undefined), timerMs(deadline.remaining()));
       socket.write(build(id).finish()); // not counted in stats: connection setup, as in RedisStore
     }).finally(() => (clearTimeout(timer), this.pending.delete(id)));
   }
@@ -374,7 +374,7 @@ export class TcpStore implements Store {
   private dial(deadline: Deadline): Promise<Socket> {
     return new Promise((resolve, reject) => {
       const s = netConnect({ host: this.host, port: this.port, noDelay: true });
-      const t = setTimeout(() => (s.destroy(), reject(new Error('connect timed out'))), Math.max(1, deadline.remaining()));
+      const t = setTimeout(() => (s.destroy(), reject(new Error('connect timed out'))), Math.max(1, timerMs(deadline.remaining())));
       s.once('connect', () => (clearTimeout(t), s.removeAllListeners('error'), resolve(s)));
       s.once('error', (e) => (clearTimeout(t), s.destroy(), reject(e)));
     });
