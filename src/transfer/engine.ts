@@ -445,7 +445,12 @@ export class TransferEngine implements CompletionSink {
           this.retireFrom(peer, rev.version, rev.addr, false);
         } else if (state === LOST) {
           // More records than the ring holds came in since we looked: drop everything of it.
-          peer.seenSeq = rev.newest(peer.rank);
+          // Unless no whole record is newer than what we have: the slot that said LOST is torn
+          // (a record still landing) or forged. Look again at the next call; taking its seq as
+          // the newest would move seenSeq back, or loop here for ever.
+          const newest = rev.newest(peer.rank);
+          if (newest <= peer.seenSeq) break;
+          peer.seenSeq = newest;
           this.retireFrom(peer, rev.version, 0, true);
         } else break;
         peer.ackDue = peer.seenSeq;

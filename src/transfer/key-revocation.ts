@@ -45,15 +45,15 @@ export const CONTROL_WR_ID = 0xffffffff;
 export const CONTROL_CREDITS = 8;
 
 /** Records kept per (owner, peer): a peer that falls further behind retires everything. */
-const RING = 8;
+export const RING = 8;
 /**
  * Words per record: seq, version, addr (low 32 bits), addr (high bits), 0, seq again. The
  * provider copies a record's bytes in order and a poll may look between two parts of it: a
  * record counts once its last word holds its seq.
  */
-const REC = 6;
+export const REC = 6;
 /** Words per rank in each half of the region: the ring, the ack word, padding to 16 bytes. */
-const AREA = RING * REC + 4;
+export const AREA = RING * REC + 4;
 const ACK = RING * REC;
 
 /** What `next` found: record seq has not arrived; it was overwritten by a later one (the peer fell RING records behind); it is there. */

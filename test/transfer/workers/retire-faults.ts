@@ -11,8 +11,12 @@
  *   stopped for 500 ms, streams READs of another buffer: every unregister resolves, and no READ
  *   of the buffer nobody unregistered fails.
  * - `cycles`: 40 engine opens and closes in one context: registered regions do not pile up.
+ * - `forged`: rank 0 finds in its control area a slot that claims a later record than any whole
+ *   one (its first word disagrees: torn or forged); checkRevocations() returns (it looped for
+ *   ever), and the next look still finds nothing to retire.
  */
 import { init } from '../../../src/index.js';
+import { AREA, REC, RING } from '../../../src/transfer/key-revocation.js';
 
 const scenario = process.argv[2];
 const ctx = await init({ timeoutMs: 30_000, device: { opTimeoutMs: 1500 } });
@@ -131,13 +135,40 @@ async function cycles(): Promise<unknown> {
   return { regions: [sizes[0], sizes[sizes.length - 1]] };
 }
 
+async function forged(): Promise<unknown> {
+  const engine = await ctx.transfer({ requestTimeoutMs: 20_000 });
+  const A = ctx.alloc(Uint8Array, 4096).fill(1 + rank);
+  await engine.registerLocalMemory(A);
+  await ctx.barrier();
+  const seg = await engine.openSegment(engine.segmentNames[1 - rank]);
+  let result: unknown = {};
+  if (rank === 0) {
+    const words = (engine as unknown as { revocation: { words: Int32Array } }).revocation.words;
+    const seq = 1; // the first record rank 1 would send
+    const o = 1 * AREA + (seq % RING) * REC;
+    words[o] = 12345;
+    words[o + REC - 1] = seq + 3;
+    const t0 = performance.now();
+    engine.checkRevocations();
+    engine.checkRevocations();
+    const b = engine.allocateBatchID(1);
+    engine.submitTransfer(b, [{ opcode: 'READ', source: A.subarray(0, 64), targetId: seg, targetOffset: engine.getSegmentDesc(seg).buffers[0].addr as number }]);
+    if ((await engine.waitBatch(b, { timeoutMs: 20_000 })) !== 0 || A[0] !== 2) fail(`READ after the forged slot: ${JSON.stringify(engine.getTransferStatus(b))}, byte ${A[0]}`);
+    engine.freeBatchID(b);
+    result = { checkMs: Math.round(performance.now() - t0) };
+  }
+  await ctx.barrier();
+  await allreduce();
+  return result;
+}
+
 async function allreduce(): Promise<void> {
   const x = new Int32Array([1]);
   await ctx.allreduce(x, { timeoutMs: 15_000 });
   if (x[0] !== 2) fail(`allreduce after: ${x[0]}`);
 }
 
-const scenarios: Record<string, () => Promise<unknown>> = { stopped, burst, cycles };
+const scenarios: Record<string, () => Promise<unknown>> = { stopped, burst, cycles, forged };
 const result = await scenarios[scenario]();
 console.log(`ok rank ${rank}: ${JSON.stringify(result)}`);
 await ctx.close();
