@@ -53,6 +53,8 @@ export class Batch {
   gen = 0;
   /** Requests submitted so far. */
   count = 0;
+  /** Inside submitTransfer (a request's getter that submits to the batch again is refused). */
+  submitting = false;
   /** Requests PENDING or WAITING. */
   unsettled = 0;
   /** Slices posted to the NIC and not completed, over all requests. */

@@ -749,11 +749,14 @@ export class TransferEngine implements CompletionSink {
   submitTransfer(batch: BatchID, entries: readonly TransferRequest[]): void {
     const b = this.batchOf(batch, 'submitTransfer');
     if (!Array.isArray(entries)) throw new WeftError('EINVAL', `${this.label}: submitTransfer: entries must be an array of requests, got ${describeValue(entries)}`);
+    // A request's getter that submits to this batch again would take the slots counted below.
+    if (b.submitting) throw new WeftError('EINVAL', `${this.label}: submitTransfer: batch ${batch} is being submitted to (a request's getter called submitTransfer on it again)`);
     // Read once: a request's getter may grow the array while it is read (past the capacity check).
     const n = entries.length;
     if (b.count + n > b.capacity) throw new WeftError('EINVAL', `${this.label}: submitTransfer: batch ${batch} holds ${b.capacity} request(s), ${b.count} submitted already, ${n} more given`);
     const now = performance.now();
     const deadline = now + b.timeoutMs;
+    b.submitting = true;
     try {
       for (let k = 0; k < n; k++) {
         const i = b.count++;
@@ -774,6 +777,7 @@ export class TransferEngine implements CompletionSink {
         }
       }
     } finally {
+      b.submitting = false;
       if (b.unsettled > 0) {
         this.openBatches.add(b);
         if (deadline < this.earliestDeadline) this.earliestDeadline = deadline;

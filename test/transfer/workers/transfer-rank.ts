@@ -232,6 +232,31 @@ async function misuse(): Promise<unknown> {
     check((await engine.waitBatch(g, { timeoutMs: 30_000 })) === 0 && engine.getTransferStatus(g).length === 1, `a getter growing the request array: ${JSON.stringify(engine.getTransferStatus(g))}`);
     engine.freeBatchID(g);
   }
+  {
+    // A request whose getter submits to the same batch again: refused (it took the slot the
+    // outer call counted, and the outer one wrote past the batch, which then never settled).
+    const g = engine.allocateBatchID(2);
+    const one = { opcode: 'READ', source: buf.subarray(512 * 1024, 512 * 1024 + 8), targetId: seg, targetOffset: theirs, length: 8 };
+    let inner = '';
+    const sneaky = {
+      get opcode() {
+        try {
+          engine.submitTransfer(g, [one] as never);
+        } catch (err) {
+          inner = (err as Error).message;
+        }
+        return 'READ';
+      },
+      source: one.source,
+      targetId: seg,
+      targetOffset: theirs,
+      length: 8,
+    };
+    engine.submitTransfer(g, [sneaky, one] as never);
+    check(/is being submitted to/.test(inner), `a getter submitting to its own batch: ${inner || 'accepted'}`);
+    check((await engine.waitBatch(g, { timeoutMs: 30_000 })) === 0 && engine.getTransferStatus(g).length === 2, `the batch after a re-entrant submit: ${JSON.stringify(engine.getTransferStatus(g))}`);
+    engine.freeBatchID(g);
+  }
   // In flight: unregister and freeBatchID are refused. A submitted request is PENDING until progress runs.
   // Peers read only the lower half of each rank's buffer; reads land in the upper half.
   const HALF = 512 * 1024;
