@@ -170,6 +170,9 @@ api('malformed address and descriptor bytes are EPROTO; waits time out and abort
       qp.connect(peer.address());
       assert.is(code(() => qp.importRegion(new Uint8Array(72))), 'EPROTO');
       assert.is(code(() => qp.importRegion(new Uint8Array(5))), 'EPROTO');
+      // Memory that may move as it grows cannot be registered (peers would write where it was).
+      const Resizable = ArrayBuffer as unknown as new (n: number, o: { maxByteLength: number }) => ArrayBuffer;
+      assert.is(code(() => dev.register(new Uint8Array(new Resizable(4096, { maxByteLength: 1 << 20 })))), 'EINVAL');
       const t0 = performance.now();
       assert.is(code(() => dev.cq.waitSync({ timeoutMs: 100 })), 'ETIMEDOUT');
       assert.ok(performance.now() - t0 < 1000);

@@ -135,6 +135,12 @@ export class OfiDevice implements Device, QpHost {
     if (!ArrayBuffer.isView(view) || view.byteLength < 1 || view.byteLength > 0xffffffff) {
       throw new WeftError('EINVAL', `${this.label}: register() needs a non-empty ArrayBufferView of at most 4 GiB`);
     }
+    // The registration holds the memory's address: a buffer that can move (resizable, growable)
+    // would leave peers writing where it was.
+    const backing = view.buffer as ArrayBufferLike & { resizable?: boolean; growable?: boolean };
+    if (backing.resizable === true || backing.growable === true) {
+      throw new WeftError('EINVAL', `${this.label}: register() of a view of a ${backing.growable === true ? 'growable SharedArrayBuffer' : 'resizable ArrayBuffer'}: its memory may move when it grows, under peers' writes; register a fixed-length buffer (device.allocate(), or new ArrayBuffer(n))`);
+    }
     const bytes = new Uint8Array(view.buffer, view.byteOffset, view.byteLength);
     const slot = this.freeSlots.pop();
     if (slot === undefined) throw new WeftError('EINVAL', `${this.label}: more than ${L.MAX_MRS} registered memory regions; deregister some`);
