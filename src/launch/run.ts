@@ -69,6 +69,8 @@ export interface LaunchOptions {
   /** Where output lines go (default process.stdout / process.stderr). */
   out?: NodeJS.WritableStream;
   err?: NodeJS.WritableStream;
+  /** @internal How ranks are started (tests stand in a spawn that fails). */
+  spawnRank?: typeof spawn;
 }
 
 const COLORS = [36, 33, 35, 32, 34, 31, 96, 93, 95, 92, 94, 91];
@@ -199,17 +201,31 @@ export async function launch(o: LaunchOptions): Promise<number> {
       };
       // Our secret wins over one the launcher inherited, also one in a file.
       if (secret) delete env.WEFT_STORE_SECRET_FILE;
-      const child = spawn(command[0], [...command.slice(1), ...o.args], { env, stdio: ['inherit', 'pipe', 'pipe'] });
+      const child = (o.spawnRank ?? spawn)(command[0], [...command.slice(1), ...o.args], { env, stdio: ['inherit', 'pipe', 'pipe'] });
       children.push(child);
+      // Each rank is counted out once: by its exit, or by an error that means it never ran
+      // (a spawn that fails with EAGAIN emits 'error' and no 'exit': the job would wait for ever).
+      let countedOut = false;
+      const countOut = () => {
+        if (countedOut) return;
+        countedOut = true;
+        if (--remaining === 0) resolve();
+      };
       const tag = color ? `\x1b[${COLORS[rank % COLORS.length]}m[rank ${rank}]\x1b[0m ` : `[rank ${rank}] `;
-      createInterface({ input: child.stdout! }).on('line', (l) => out.write(tag + l + '\n'));
-      createInterface({ input: child.stderr! }).on('line', (l) => {
-        if (!peerDead[local] && l.includes('EPEERDEAD')) peerDead[local] = true;
-        err.write(tag + l + '\n');
-      });
+      if (child.stdout) createInterface({ input: child.stdout }).on('line', (l) => out.write(tag + l + '\n'));
+      if (child.stderr) {
+        createInterface({ input: child.stderr }).on('line', (l) => {
+          if (!peerDead[local] && l.includes('EPEERDEAD')) peerDead[local] = true;
+          err.write(tag + l + '\n');
+        });
+      }
       child.on('error', (e) => {
         failure ??= `rank ${rank} could not start: ${e.message}`;
         stopAll('SIGTERM');
+        if (child.pid === undefined) {
+          exits[local] = { code: null, signal: null };
+          countOut();
+        }
       });
       child.on('exit', (code, signal) => {
         exits[local] = { code, signal };
@@ -223,7 +239,7 @@ export async function launch(o: LaunchOptions): Promise<number> {
             else failure ??= what;
             rankFailed();
           }
-          if (--remaining === 0) resolve();
+          countOut();
         };
         if (code === 0 && !signal) judge();
         else {
@@ -240,8 +256,8 @@ export async function launch(o: LaunchOptions): Promise<number> {
           };
           const timer = setTimeout(judgeOnce, 100);
           if (signal !== 'SIGINT' || stopping) {
-            if (child.stderr!.readableEnded) judgeOnce();
-            else child.stderr!.once('end', judgeOnce);
+            if (!child.stderr || child.stderr.readableEnded) judgeOnce();
+            else child.stderr.once('end', judgeOnce);
           }
         }
       });

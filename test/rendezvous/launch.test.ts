@@ -10,6 +10,9 @@ import { localPlacement, hostCores } from '../../src/host/placement.js';
 import { openStore } from '../../src/rendezvous/open.js';
 import { rankFromEnv } from '../../src/rendezvous/env.js';
 import { native } from '../../src/native/binding.js';
+import { launch } from '../../src/launch/run.js';
+import { EventEmitter } from 'node:events';
+import { PassThrough } from 'node:stream';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 const WEFT = path.join(root, 'bin', 'weft.js');
@@ -147,6 +150,26 @@ test('Ctrl-C (SIGINT to the whole process group) exits 130 and leaves no ranks a
   assert.equal(orphans(), []);
   const left = readdirSync('/dev/shm').filter((n) => !before.has(n));
   assert.equal(left, [], `left in /dev/shm: ${left.join(', ')}`);
+});
+
+test('a rank that cannot be started (spawn fails with EAGAIN, no exit event): the launch ends with an error naming it, within seconds', async () => {
+  const failingSpawn = (() => {
+    const child = Object.assign(new EventEmitter(), { pid: undefined, stdout: null, stderr: null, kill: () => false });
+    process.nextTick(() => child.emit('error', Object.assign(new Error('spawn EAGAIN'), { code: 'EAGAIN' })));
+    return child;
+  }) as unknown as typeof spawn;
+  const err = new PassThrough();
+  let text = '';
+  err.on('data', (d) => (text += d));
+  const t0 = performance.now();
+  const code = await Promise.race([
+    launch({ ranks: 2, script: RANK, args: ['-1'], spawnRank: failingSpawn, out: new PassThrough(), err, graceMs: 200, failGraceMs: 100 }),
+    new Promise<string>((r) => setTimeout(() => r('still waiting after 10 s'), 10_000)),
+  ]);
+  assert.is.not(code, 0, text);
+  assert.ok(typeof code === 'number', String(code));
+  assert.match(text, /rank \d could not start: spawn EAGAIN/);
+  assert.ok(performance.now() - t0 < 10_000);
 });
 
 test('bad arguments are refused before any rank starts, in one line: an unknown provider, a missing script', async () => {
