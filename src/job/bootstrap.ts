@@ -19,7 +19,7 @@ import { Device as TransportDevice, type TransportOptions } from '../transport/d
 import { awaitFailureReaders, connectFullMeshWithExtras, multiGetOrFailure, publishJoinFailure } from '../rendezvous/full-mesh.js';
 import { rankFromEnv, type EnvStyle } from '../rendezvous/env.js';
 import { openStore } from '../rendezvous/open.js';
-import { PrefixStore } from '../rendezvous/prefix-store.js';
+import { checkJobPrefix, PrefixStore } from '../rendezvous/prefix-store.js';
 import type { Store } from '../rendezvous/store.js';
 import { JobMember, type JobParts } from './member.js';
 
@@ -67,6 +67,7 @@ export async function joinJob<M extends JobMember>(make: (parts: JobParts) => M,
   const size = options.size ?? fromEnv!.size;
   const style: EnvStyle = fromEnv?.style ?? 'options';
   const prefix = options.prefix ?? process.env.WEFT_PREFIX ?? fromEnv?.prefix ?? 'weft';
+  checkJobPrefix(`rank ${String(options.rank ?? fromEnv?.rank)}: init`, prefix);
   const serve = options.serve ?? fromEnv?.serve ?? false;
   const wait: WaitOptions = { timeoutMs: options.timeoutMs, signal: options.signal };
   if (!Number.isInteger(size) || size < 1 || !Number.isInteger(rank) || rank < 0 || rank >= size) {

@@ -28,6 +28,7 @@ import { parseProvider, sweepProcessSegments } from '../nic/index.js';
 import { TcpStoreServer } from '../rendezvous/stores/tcp/server.js';
 import { credentialFromEnv } from '../rendezvous/stores/shared/secrets.js';
 import { PrefixClaim } from './prefix-claim.js';
+import { checkJobPrefix } from '../rendezvous/prefix-store.js';
 
 export interface LaunchOptions {
   /** Ranks on this host. */
@@ -114,6 +115,7 @@ export async function launch(o: LaunchOptions): Promise<number> {
   // Launchers on several hosts must name the same job: the default is one fixed name (the
   // prefix claim refuses a second job that uses it at the same time).
   const prefix = o.prefix ?? (nnodes > 1 ? 'weft-job' : `job-${Date.now().toString(36)}-${randomBytes(3).toString('hex')}`);
+  checkJobPrefix('weft run --prefix', prefix);
   // A shared store: no other job may use this prefix while this one runs (the store we host
   // for this host alone holds this job alone).
   const shared = o.store !== undefined || o.masterAddr !== undefined;

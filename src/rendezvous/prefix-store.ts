@@ -31,6 +31,15 @@ export interface PrefixStoreOptions {
  * await store.set('rank/0', addr, { once: true });   // Redis key "job-123/rank/0"
  * await store.close({ purge: true });                // deletes job-123/* and disconnects
  */
+/**
+ * Refuses a job prefix with '/': the job's keys are `<prefix>/...`, so purging job `a` (every
+ * key under `a/`) would also delete the keys, claims included, of a job named `a/b`.
+ */
+export function checkJobPrefix(where: string, prefix: string): void {
+  if (typeof prefix !== 'string' || prefix.length === 0) throw new WeftError('EINVAL', `${where}: the job prefix must be a non-empty string (e.g. a job id)`);
+  if (prefix.includes('/')) throw new WeftError('EINVAL', `${where}: the job prefix ${JSON.stringify(prefix)} contains '/': ending a job named ${JSON.stringify(prefix.slice(0, prefix.indexOf('/')))} would delete this job's keys with its own; use '-' or '.' instead`);
+}
+
 export class PrefixStore implements PurgeableStore {
   readonly prefix: string;
   readonly inner: Store;

@@ -178,6 +178,11 @@ test('bad arguments are refused before any rank starts, in one line: an unknown 
   assert.match(bad.err, /^weft run: --provider: unknown provider "foo"/);
   assert.is(bad.err.trim().split('\n').length, 1, bad.err);
   assert.not.match(bad.out + bad.err, /\[rank/);
+  // A job prefix with '/': ending job "team" would delete job "team/a"'s keys.
+  const nested = await weftRun(['-n', '2', '--prefix', 'team/a', RANK, '-1']);
+  assert.is(nested.code, 1, nested.err);
+  assert.match(nested.err, /^weft run --prefix: the job prefix "team\/a" contains '\/'/);
+  assert.not.match(nested.out + nested.err, /\[rank/);
   const missing = await weftRun(['-n', '2', path.join(root, 'no-such-script.mjs')]);
   assert.is(missing.code, 1);
   assert.match(missing.err, /^weft run: script .*no-such-script\.mjs not found/);
