@@ -614,6 +614,11 @@ export class TransferEngine implements CompletionSink {
         if (b.open(i) && b.segment(i) === seg) throw new WeftError('EINVAL', `${this.label}: closeSegment: batch ${b.id} still has requests to segment '${seg.name}' in flight; wait for it first`);
       }
     }
+    // Requests that timed out or failed may leave slices in the fabric. Closed now, the segment
+    // would no longer hold back the owner's key retirement (its acknowledgement looks at open
+    // segments only), and a slice landing after the owner deregistered resets the tcp connection
+    // every layer between the two processes shares.
+    if (seg.buffers.some((b) => b.flying > 0) || !seg.drained()) throw new WeftError('EINVAL', `${this.label}: closeSegment: slices of earlier requests to segment '${seg.name}' are still in the fabric (requests that timed out or failed); waitBatch on their batch, which waits for them to land, then close it`);
     this.segments.delete(id);
     this.segmentIds.delete(seg.name);
   }

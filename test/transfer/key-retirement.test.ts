@@ -25,6 +25,7 @@ if (!native.ofi.available) {
     ['stopped', 'a stopped peer whose paths time out does not confirm: the unregister fails and keeps the key; the connection survives'],
     ['burst', '12 unregisters at once while the peer is stopped for 500 ms: all resolve, no READ of a live buffer fails'],
     ['cycles', '40 engine opens and closes: registered regions do not pile up'],
+    ['closing', 'a segment closed right after a READ from it timed out: refused while its slices fly, then the owner unregisters; the connection survives'],
     ['forged', 'a control slot that claims a later record than any whole one (torn or forged): the check returns, transfers go on'],
   ] as const) {
     test(`${what} (ofi)`, async () => {

@@ -11,6 +11,9 @@
  *   stopped for 500 ms, streams READs of another buffer: every unregister resolves, and no READ
  *   of the buffer nobody unregistered fails.
  * - `cycles`: 40 engine opens and closes in one context: registered regions do not pile up.
+ * - `closing`: rank 0 closes a segment right after a 64 MiB READ from it timed out (its slices
+ *   may still be in the fabric): closeSegment is refused until they land, and rank 1 then
+ *   unregisters the buffer; the connection survives.
  * - `forged`: rank 0 finds in its control area a slot that claims a later record than any whole
  *   one (its first word disagrees: torn or forged); checkRevocations() returns (it looped for
  *   ever), and the next look still finds nothing to retire.
@@ -135,6 +138,41 @@ async function cycles(): Promise<unknown> {
   return { regions: [sizes[0], sizes[sizes.length - 1]] };
 }
 
+async function closing(): Promise<unknown> {
+  const engine = await ctx.transfer({ requestTimeoutMs: 20_000 });
+  const R = ctx.alloc(Uint8Array, 64 * MiB).fill(1 + rank);
+  await engine.registerLocalMemory(R);
+  await ctx.barrier();
+  let result: unknown = {};
+  if (rank === 0) {
+    const seg = await engine.openSegment(engine.segmentNames[1]);
+    const dR = engine.getSegmentDesc(seg).buffers.find((b) => b.length === 64 * MiB)?.addr as number;
+    const b = engine.allocateBatchID(1, { timeoutMs: 2 });
+    engine.submitTransfer(b, [{ opcode: 'READ', source: R, targetId: seg, targetOffset: dR, length: 64 * MiB }]);
+    const status = await engine.waitBatch(b, { timeoutMs: 1 }).catch((err: Error) => err.message);
+    let refused = '';
+    try {
+      engine.closeSegment(seg);
+    } catch (err) {
+      refused = (err as Error).message;
+      if (!/still in the fabric/.test(refused)) fail(`closeSegment: ${refused}`);
+      await engine.waitBatch(b, { timeoutMs: 30_000 });
+      engine.closeSegment(seg);
+    }
+    engine.freeBatchID(b);
+    // 64 MiB cannot cross libfabric tcp in the 1-2 ms before the close (that would be 32+ GB/s):
+    // the close must have found slices in flight. (Before the fix it was accepted.)
+    if (!refused) fail('closeSegment accepted a segment with 64 MiB of slices in flight');
+    result = { status, refused: true };
+  }
+  await ctx.barrier();
+  // Rank 1 retires the buffer rank 0 read; a slice landing after that would reset the connection.
+  if (rank === 1) await engine.unregisterLocalMemory(R, { timeoutMs: 20_000 });
+  await ctx.barrier();
+  await allreduce();
+  return result;
+}
+
 async function forged(): Promise<unknown> {
   const engine = await ctx.transfer({ requestTimeoutMs: 20_000 });
   const A = ctx.alloc(Uint8Array, 4096).fill(1 + rank);
@@ -168,7 +206,7 @@ async function allreduce(): Promise<void> {
   if (x[0] !== 2) fail(`allreduce after: ${x[0]}`);
 }
 
-const scenarios: Record<string, () => Promise<unknown>> = { stopped, burst, cycles, forged };
+const scenarios: Record<string, () => Promise<unknown>> = { stopped, burst, cycles, closing, forged };
 const result = await scenarios[scenario]();
 console.log(`ok rank ${rank}: ${JSON.stringify(result)}`);
 await ctx.close();
