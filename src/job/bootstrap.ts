@@ -62,7 +62,7 @@ export async function connect(options: InitOptions = {}): Promise<JobMember> {
  * the member from the parts (init() makes a ProcessGroup).
  */
 export async function joinJob<M extends JobMember>(make: (parts: JobParts) => M, options: InitOptions = {}): Promise<M> {
-  const fromEnv = options.rank === undefined || options.size === undefined || options.store === undefined ? rankFromEnv() : undefined;
+  const fromEnv = options.rank === undefined || options.size === undefined || options.store === undefined ? rankFromEnv(process.env, { prefixGiven: options.prefix !== undefined }) : undefined;
   const rank = options.rank ?? fromEnv!.rank;
   const size = options.size ?? fromEnv!.size;
   const style: EnvStyle = fromEnv?.style ?? 'options';

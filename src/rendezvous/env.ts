@@ -49,7 +49,7 @@ function int(name: string, v: string | undefined): number {
 }
 
 /** Reads rank, world size, store and prefix from `env` (default process.env). */
-export function rankFromEnv(env: NodeJS.ProcessEnv = process.env): RankInfo {
+export function rankFromEnv(env: NodeJS.ProcessEnv = process.env, options: { prefixGiven?: boolean } = {}): RankInfo {
   let rank: number;
   let size: number;
   let style: EnvStyle;
@@ -95,6 +95,11 @@ export function rankFromEnv(env: NodeJS.ProcessEnv = process.env): RankInfo {
   // host meet in a directory named by the user and the job (FileStore makes sure it is that
   // user's alone).
   const jobId = env.WEFT_PREFIX ?? env.OMPI_MCA_ess_base_jobid ?? env.PMIX_NAMESPACE ?? env.PMI_JOBID ?? (env.SLURM_JOB_ID !== undefined ? `slurm-${env.SLURM_JOB_ID}${env.SLURM_STEP_ID !== undefined ? `.${env.SLURM_STEP_ID}` : ''}` : undefined) ?? env.TORCHELASTIC_RUN_ID ?? env.MASTER_PORT ?? 'weft';
+  // torchrun with a shared store (WEFT_STORE): its run id is 'none' unless --rdzv-id is given,
+  // and MASTER_PORT is no job id either, so two jobs would share one prefix and meet.
+  if (style === 'torchrun' && env.WEFT_STORE && env.WEFT_PREFIX === undefined && !options.prefixGiven && (env.TORCHELASTIC_RUN_ID === undefined || env.TORCHELASTIC_RUN_ID === 'none')) {
+    throw new WeftError('EINVAL', `rank ${rank}: torchrun with a shared store (WEFT_STORE) needs a job prefix no other job uses: set WEFT_PREFIX on every rank (or init({ prefix })), or give torchrun --rdzv-id (TORCHELASTIC_RUN_ID is ${env.TORCHELASTIC_RUN_ID === undefined ? 'unset' : "'none'"})`);
+  }
   if (!store && style !== 'torchrun' && env.MASTER_ADDR && env.MASTER_PORT) {
     store = `tcp://${env.MASTER_ADDR.includes(':') ? `[${env.MASTER_ADDR}]` : env.MASTER_ADDR}:${int('MASTER_PORT', env.MASTER_PORT)}`;
     serve = rank === 0;

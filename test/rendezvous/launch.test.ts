@@ -257,6 +257,11 @@ test('rank settings from each launcher style', () => {
   const pmix = rankFromEnv({ PMIX_RANK: '2', OMPI_COMM_WORLD_SIZE: '3', PMIX_NAMESPACE: 'ns7', WEFT_STORE: 'redis://r:1' });
   assert.equal([pmix.rank, pmix.size, pmix.style, pmix.prefix], [2, 3, 'pmix', 'ns7']);
   assert.throws(() => rankFromEnv({ PMIX_RANK: '0' }), /no world size/);
+  // torchrun on a shared store: its default run id 'none' (or none at all) names no job.
+  assert.throws(() => rankFromEnv({ RANK: '0', WORLD_SIZE: '2', WEFT_STORE: 'redis://h:1', TORCHELASTIC_RUN_ID: 'none' }), /needs a job prefix no other job uses: set WEFT_PREFIX/);
+  assert.throws(() => rankFromEnv({ RANK: '0', WORLD_SIZE: '2', WEFT_STORE: 'redis://h:1', MASTER_PORT: '29500' }), /TORCHELASTIC_RUN_ID is unset/);
+  assert.is(rankFromEnv({ RANK: '0', WORLD_SIZE: '2', WEFT_STORE: 'redis://h:1', TORCHELASTIC_RUN_ID: 'job-5' }).prefix, 'job-5');
+  assert.is(rankFromEnv({ RANK: '0', WORLD_SIZE: '2', WEFT_STORE: 'redis://h:1', WEFT_PREFIX: 'p' }).prefix, 'p');
   // A rank outside the world is init()'s to refuse: it tells the other ranks first (join.test).
   assert.is(rankFromEnv({ WEFT_RANK: '4', WEFT_WORLD_SIZE: '4', WEFT_STORE: 'x' }).rank, 4);
   assert.throws(() => rankFromEnv({ WEFT_RANK: '0', WEFT_WORLD_SIZE: '0', WEFT_STORE: 'x' }), /at least 1/);
