@@ -920,14 +920,30 @@ export class TransferEngine implements CompletionSink {
       return Promise.reject(err);
     }
     const ready = () => this.batchDone(b, batch, 'waitBatch');
-    return this.group.router.waitAsync(ready, { deadline, what: `${this.label}: waitBatch(${batch})` }).then(() => this.notCompleted(b));
+    return this.group.router.waitAsync(ready, { deadline, what: `${this.label}: waitBatch(${batch})`, expired: () => this.waitExpired(b, batch, 'waitBatch', deadline) }).then(() => this.notCompleted(b));
+  }
+
+  /**
+   * The error of a wait for batch `id` that ran out: what is still open and toward which ranks
+   * (a one-sided transfer has no matching call to blame), or EABORTED.
+   */
+  private waitExpired(b: Batch, id: number, what: string, deadline: Deadline): WeftError {
+    if (deadline.signal?.aborted) return new WeftError('EABORTED', `${this.label}: ${what}(${id}): aborted by the caller's AbortSignal`, { cause: deadline.signal.reason });
+    const ranks = new Set<number>();
+    for (let i = 0; i < b.count; i++) {
+      const seg = b.open(i) ? b.segment(i) : undefined;
+      if (seg) ranks.add(seg.desc.rank);
+    }
+    const toward = ranks.size > 0 ? ` toward rank${ranks.size > 1 ? 's' : ''} ${[...ranks].sort((x, y) => x - y).join(', ')}` : '';
+    const hint = b.unsettled > 0 ? "the requests keep their own timeout (allocateBatchID's timeoutMs): wait again, or raise timeoutMs; a gone target rank fails them once the fabric reports it" : 'its requests are settled (getTransferStatus); their slices land, or fail with their path: wait again';
+    return new WeftError('ETIMEDOUT', `${this.label}: ${what}(${id}): timed out after ${Math.round(deadline.timeoutMs)} ms with ${b.unsettled} request(s) not done${toward} and ${b.flyingTotal} slice(s) still in the NIC; ${hint}`);
   }
 
   /** waitBatch that blocks the thread (busy-polls, then sleeps through the one waiting loop); lowest latency. */
   waitBatchSync(batch: BatchID, options: WaitOptions = {}): number {
     const b = this.batchOf(batch, 'waitBatchSync');
     const deadline = new Deadline(options.timeoutMs, options.signal);
-    this.group.router.waitSync(() => this.batchDone(b, batch, 'waitBatchSync'), { deadline, what: `${this.label}: waitBatchSync(${batch})` });
+    this.group.router.waitSync(() => this.batchDone(b, batch, 'waitBatchSync'), { deadline, what: `${this.label}: waitBatchSync(${batch})`, expired: () => this.waitExpired(b, batch, 'waitBatchSync', deadline) });
     return this.notCompleted(b);
   }
 

@@ -150,6 +150,8 @@ async function closing(): Promise<unknown> {
     const b = engine.allocateBatchID(1, { timeoutMs: 2 });
     engine.submitTransfer(b, [{ opcode: 'READ', source: R, targetId: seg, targetOffset: dR, length: 64 * MiB }]);
     const status = await engine.waitBatch(b, { timeoutMs: 1 }).catch((err: Error) => err.message);
+    // A wait that ran out says what is open and toward whom (no "matching call" of a peer).
+    if (typeof status === 'string' && !/waitBatch\(\d+\): timed out after 1 ms with \d+ request\(s\) not done( toward rank 1)? and \d+ slice\(s\) still in the NIC/.test(status)) fail(`waitBatch's timeout: ${status}`);
     let refused = '';
     try {
       engine.closeSegment(seg);
