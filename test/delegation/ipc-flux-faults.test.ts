@@ -539,8 +539,9 @@ test('layouts of 2 GiB or more are refused at creation with EINVAL naming the si
   refused('delegationrpc', () => DelegationServer.create({ maxClients: 1, ringDepth: 1 << 17, respDepth: 1, requestBytes: 16384 }), 256 + (1 << 17) * 16448 + 64 + 64 + 128, /ringDepth 131072/);
 });
 
-test('delegationrpc: a reply refused for its size, or owing nothing, leaves the count as it was: the id stays taken until the last answer, and the next owner never gets it', () => {
-  const server = DelegationServer.create({ maxClients: 1, ringDepth: 8, respDepth: 2, requestBytes: 8, responseBytes: 8 });
+/** A delegationrpc server with one client whose two calls (A0, A1) the server has taken. */
+function twoTaken(respDepth: number) {
+  const server = DelegationServer.create({ maxClients: 1, ringDepth: 8, respDepth, requestBytes: 8, responseBytes: 8 });
   const a = DelegationClient.connect<string>(server.name);
   assert.ok(a.call(enc('A-0'), 'A0'));
   assert.ok(a.call(enc('A-1'), 'A1'));
@@ -548,6 +549,11 @@ test('delegationrpc: a reply refused for its size, or owing nothing, leaves the 
   const r0 = { ...server.recv()! };
   const r1 = { ...server.recv()! };
   server.advanceTail();
+  return { server, a, r0, r1 };
+}
+
+test('delegationrpc: a reply refused for its size, or owing nothing, leaves the count as it was: the id stays taken until the last answer, and the next owner never gets it', () => {
+  const { server, a, r0, r1 } = twoTaken(2);
   a.close(); // two answers owed: CLOSING
   assert.throws(() => server.reply(r0.clientId, r0.respSlot, new Uint8Array(9)), (e: Coded) => e.code === 'EINVAL' && /reply of 9 bytes/.test(e.message));
   server.reply(r0.clientId, r0.respSlot, enc('ansA-0'));
@@ -568,14 +574,7 @@ test('delegationrpc: a reply refused for its size, or owing nothing, leaves the 
 });
 
 test('a second reply to one request is refused while another request of the client waits (delegationrpc and ipc): the slot\'s next call never gets it', () => {
-  const server = DelegationServer.create({ maxClients: 1, ringDepth: 8, respDepth: 4, requestBytes: 8, responseBytes: 8 });
-  const a = DelegationClient.connect<string>(server.name);
-  assert.ok(a.call(enc('A-0'), 'A0'));
-  assert.ok(a.call(enc('A-1'), 'A1'));
-  assert.is(server.poll(), 2);
-  const r0 = { ...server.recv()! };
-  const r1 = { ...server.recv()! };
-  server.advanceTail();
+  const { server, a, r0, r1 } = twoTaken(4);
   server.reply(r0.clientId, r0.respSlot, enc('ansA-0'));
   // The per-client count alone (one answer still owed, A-1's) let this through.
   assert.throws(() => server.reply(r0.clientId, r0.respSlot, enc('dup')), (e: Coded) => e.code === 'EINVAL' && new RegExp(`response slot ${r0.respSlot}, which has no request waiting`).test(e.message));
