@@ -469,6 +469,29 @@ test('a connection that never completes the handshake is closed', async () => {
   }
 });
 
+test('a client turned away while 256 connections sit in their handshake dials again and gets in once they time out', async () => {
+  const logs: string[] = [];
+  const secret = randomBytes(32).toString('hex');
+  const server = await TcpStoreServer.listen({ secret, handshakeTimeoutMs: 300, log: (m) => logs.push(m) });
+  const idle: Socket[] = [];
+  try {
+    for (let i = 0; i < 256; i++) idle.push(await new Promise<Socket>((resolve, reject) => {
+      const s = new Socket();
+      s.once('error', reject);
+      s.connect(server.address.port, '127.0.0.1', () => resolve(s));
+    }));
+    // Until they time out (300 ms), a new connection is closed at once; it used to fail open().
+    const client = await TcpStore.connect(server.url, { secret, timeoutMs: 10_000 });
+    await client.set('k', enc('v'));
+    assert.is(dec(await client.get('k')), 'v');
+    assert.ok(logs.some((l) => /256 connections are already in their handshake/.test(l)), 'the client was turned away first');
+    await client.close();
+  } finally {
+    for (const s of idle) s.destroy();
+    await server.close();
+  }
+});
+
 test('openStore serve: rank 0 hosts with WEFT_STORE_SECRET; peers need it', async () => {
   await withEnv({ WEFT_STORE_SECRET: 'torchrun-job-secret', WEFT_STORE_SECRET_FILE: undefined }, async () => {
     const host = (await openStore('tcp://127.0.0.1:0', { serve: true })) as TcpStore;

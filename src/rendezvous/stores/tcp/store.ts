@@ -328,7 +328,15 @@ export class TcpStore implements Store {
     const where = `TcpStore ${this.url}: ${what}`;
     const notWeft = () => new WeftError('EPROTO', `${where}: the server there did not answer the weft handshake; is it a TcpStoreServer (not e.g. Redis), of the same weft version?`);
     const clientNonce = randomBytes(NONCE_BYTES);
-    const hello = await this.exchange(socket, deadline, (id) => new FrameWriter(Op.HELLO, id).u32(MAGIC).u16(VERSION).bytes(clientNonce));
+    let hello: FrameReader | undefined;
+    try {
+      hello = await this.exchange(socket, deadline, (id) => new FrameWriter(Op.HELLO, id).u32(MAGIC).u16(VERSION).bytes(clientNonce));
+    } catch (e) {
+      // Closed before it answered HELLO: a server busy with other handshakes refuses new
+      // connections that way (MAX_HANDSHAKES). A plain Error: open() dials again within the deadline.
+      if ((e as WeftError).code === 'EPEERDEAD') throw new Error('the server closed the connection before answering HELLO (too many connections in their handshake?)', { cause: e });
+      throw e;
+    }
     if (!hello || hello.code !== Status.OK) throw notWeft();
     let flags: number;
     let serverNonce: Uint8Array;
