@@ -22,6 +22,20 @@ export interface PrefixStoreOptions {
   closeInner?: boolean;
 }
 
+/** Refuses a prefix that is not a non-empty string. */
+function checkPrefix(where: string, prefix: string): void {
+  if (typeof prefix !== 'string' || prefix.length === 0) throw new WeftError('EINVAL', `${where}: the prefix must be a non-empty string (e.g. a job id)`);
+}
+
+/**
+ * Refuses a job prefix with '/': the job's keys are `<prefix>/...`, so purging job `a` (every
+ * key under `a/`) would also delete the keys, claims included, of a job named `a/b`.
+ */
+export function checkJobPrefix(where: string, prefix: string): void {
+  checkPrefix(where, prefix);
+  if (prefix.includes('/')) throw new WeftError('EINVAL', `${where}: the job prefix ${JSON.stringify(prefix)} contains '/': ending a job named ${JSON.stringify(prefix.slice(0, prefix.indexOf('/')))} would delete this job's keys with its own; use '-' or '.' instead`);
+}
+
 /**
  * Namespaces every key as `<prefix>/<key>` and forwards to the wrapped store, so two jobs (or
  * two runs of one job) sharing a Redis or a directory never see each other's keys.
@@ -31,22 +45,13 @@ export interface PrefixStoreOptions {
  * await store.set('rank/0', addr, { once: true });   // Redis key "job-123/rank/0"
  * await store.close({ purge: true });                // deletes job-123/* and disconnects
  */
-/**
- * Refuses a job prefix with '/': the job's keys are `<prefix>/...`, so purging job `a` (every
- * key under `a/`) would also delete the keys, claims included, of a job named `a/b`.
- */
-export function checkJobPrefix(where: string, prefix: string): void {
-  if (typeof prefix !== 'string' || prefix.length === 0) throw new WeftError('EINVAL', `${where}: the job prefix must be a non-empty string (e.g. a job id)`);
-  if (prefix.includes('/')) throw new WeftError('EINVAL', `${where}: the job prefix ${JSON.stringify(prefix)} contains '/': ending a job named ${JSON.stringify(prefix.slice(0, prefix.indexOf('/')))} would delete this job's keys with its own; use '-' or '.' instead`);
-}
-
 export class PrefixStore implements PurgeableStore {
   readonly prefix: string;
   readonly inner: Store;
   private readonly closeInner: boolean;
 
   constructor(prefix: string, store: Store, options: PrefixStoreOptions = {}) {
-    if (typeof prefix !== 'string' || prefix.length === 0) throw new WeftError('EINVAL', 'PrefixStore: the prefix must be a non-empty string (e.g. a job id)');
+    checkPrefix('PrefixStore', prefix);
     if (!store || typeof store.set !== 'function') throw new WeftError('EINVAL', `PrefixStore('${prefix}'): the second argument must be a Store`);
     this.prefix = prefix;
     this.inner = store;

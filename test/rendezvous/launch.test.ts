@@ -161,7 +161,7 @@ test('a rank that cannot be started (spawn fails with EAGAIN, no exit event): th
   const err = new PassThrough();
   let text = '';
   err.on('data', (d) => (text += d));
-  const t0 = performance.now();
+  // The race only stops a hang from holding the suite: a launch that never ends fails the test.
   const code = await Promise.race([
     launch({ ranks: 2, script: RANK, args: ['-1'], spawnRank: failingSpawn, out: new PassThrough(), err, graceMs: 200, failGraceMs: 100 }),
     new Promise<string>((r) => setTimeout(() => r('still waiting after 10 s'), 10_000)),
@@ -169,7 +169,6 @@ test('a rank that cannot be started (spawn fails with EAGAIN, no exit event): th
   assert.is.not(code, 0, text);
   assert.ok(typeof code === 'number', String(code));
   assert.match(text, /rank \d could not start: spawn EAGAIN/);
-  assert.ok(performance.now() - t0 < 10_000);
 });
 
 test('bad arguments are refused before any rank starts, in one line: an unknown provider, a missing script', async () => {
