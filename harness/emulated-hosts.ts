@@ -3,15 +3,19 @@
  * network namespace per host, all joined to a bridge in a "switch" namespace by veth pairs,
  * with link-local addresses (169.254.S.1, .2, ...; S differs per harness so concurrent ones
  * never meet). Every process started on a host also gets its own hostname (UTS namespace)
- * and a private /dev/shm (a tmpfs in its own mount namespace), so weft sees distinct hosts:
- * distinct host ids, no shared memory across them, only the network.
+ * and the host's own /dev/shm (a directory of the machine's /dev/shm, bind-mounted in its own
+ * mount namespace), so weft sees distinct hosts: distinct host ids, no shared memory across
+ * them, only the network. A host's /dev/shm lasts as long as the harness, as a real host's
+ * does: a second job on a host sees what the first left, and the host id stays the same (a
+ * tmpfs per process gave every job a host id of its own, so a launcher could never recognise
+ * its host's dead predecessor).
  *
  * Needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN), `ip` (iproute2) and `unshare` (util-linux).
  * `EmulatedHosts.unavailable()` says why not, for a test to skip with one line.
  *
  * Nothing leaks: `destroy()` kills every process it started (process groups), then deletes the
- * namespaces (which removes the veths and the bridge); a harness whose creator died is swept
- * by the next one (namespace names carry the creator's pid).
+ * namespaces (which removes the veths and the bridge) and the hosts' /dev/shm directories; a
+ * harness whose creator died is swept by the next one (names carry the creator's pid).
  *
  * @example
  * const hosts = await EmulatedHosts.create(2);
@@ -19,11 +23,13 @@
  * await hosts.destroy();
  */
 import { spawn, spawnSync, type ChildProcess, type SpawnOptions } from 'node:child_process';
-import { chmodSync, existsSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 
 const PREFIX = 'weftns';
+/** The machine's /dev/shm, where each host's own /dev/shm is a directory. */
+const SHM = '/dev/shm';
 
 /** One emulated host. */
 export interface EmulatedHost {
@@ -65,6 +71,10 @@ function sweepStale(): void {
       run(['ip', 'netns', 'del', name]);
     }
   }
+  for (const name of readdirSync(SHM)) {
+    const m = /^weftns-(\d+)-.*-shm$/.exec(name);
+    if (m && !alive(Number(m[1]))) rmSync(path.join(SHM, name), { recursive: true, force: true });
+  }
 }
 
 function killNamespaceProcesses(netns: string): void {
@@ -99,7 +109,12 @@ export class EmulatedHosts {
 
   /** The shell lines that make a process's namespaces look like host `host` (hostname, /dev/shm, /etc/hosts). */
   private enter(host: EmulatedHost): string[] {
-    return [`hostname ${host.hostname}`, 'mount -t tmpfs -o mode=1777,size=1g tmpfs /dev/shm', `mount --bind ${this.hostsFile} /etc/hosts`];
+    return [`hostname ${host.hostname}`, `mount --bind ${this.shmDir(host)} /dev/shm`, `mount --bind ${this.hostsFile} /etc/hosts`];
+  }
+
+  /** Host `host`'s /dev/shm, a directory of the machine's. */
+  shmDir(host: EmulatedHost): string {
+    return path.join(SHM, `${host.netns}-shm`);
   }
 
   /**
@@ -141,6 +156,8 @@ export class EmulatedHosts {
       must(['ip', '-n', sw, 'link', 'add', 'br0', 'type', 'bridge']);
       must(['ip', '-n', sw, 'link', 'set', 'br0', 'up']);
       for (const host of h.hosts) {
+        mkdirSync(h.shmDir(host), { mode: 0o1777 });
+        chmodSync(h.shmDir(host), 0o1777); // mkdir's mode passes through the umask
         must(['ip', 'netns', 'add', host.netns]);
         must(['ip', '-n', host.netns, 'link', 'set', 'lo', 'up']);
         must(['ip', 'link', 'add', 'eth0', 'netns', host.netns, 'type', 'veth', 'peer', 'name', `p${host.index}`, 'netns', sw]);
@@ -205,14 +222,16 @@ export class EmulatedHosts {
     for (const ns of this.namespaces) killNamespaceProcesses(ns);
     await new Promise((r) => setTimeout(r, 50));
     for (const ns of this.namespaces) run(['ip', 'netns', 'del', ns]);
+    for (const host of this.hosts) rmSync(this.shmDir(host), { recursive: true, force: true });
     rmSync(this.hostsFile, { force: true });
     if (this.agent) rmSync(this.agent, { force: true });
   }
 
-  /** Namespaces of this harness that still exist (a leak check for tests). */
+  /** Namespaces and host /dev/shm directories of this harness that still exist (a leak check for tests). */
   static leftovers(): string[] {
+    const mine = (n: string) => n.startsWith(`${PREFIX}-${process.pid}-`);
     const r = run(['ip', 'netns', 'list']);
-    if (!r.ok) return [];
-    return r.text.split('\n').map((l) => l.split(' ')[0]).filter((n) => n.startsWith(`${PREFIX}-${process.pid}-`));
+    const namespaces = r.ok ? r.text.split('\n').map((l) => l.split(' ')[0]).filter(mine) : [];
+    return [...namespaces, ...readdirSync(SHM).filter(mine).map((n) => path.join(SHM, n))];
   }
 }

@@ -122,13 +122,30 @@ export async function launch(o: LaunchOptions): Promise<number> {
   let claim: PrefixClaim | undefined;
   let firstRank = nodeRank * o.ranks;
   let world = nnodes * o.ranks;
+  // Ctrl-C while waiting for the other hosts' launchers: release the claim (a launcher killed
+  // by the signal's default action left it, and its host's next job had to take it over).
+  const joining = new AbortController();
+  let joinSignal: NodeJS.Signals | undefined;
+  const abortJoin = (sig: NodeJS.Signals) => {
+    joinSignal ??= sig;
+    joining.abort(new WeftError('EABORTED', `weft run: interrupted by ${sig} while joining the other hosts; released this host's claim on prefix '${prefix}'`));
+  };
+  process.on('SIGINT', abortJoin);
+  process.on('SIGTERM', abortJoin);
   try {
-    claim = shared ? await PrefixClaim.take(store, prefix, nodeRank, o.masterAddr && nodeRank > 0 ? (o.joinTimeoutMs ?? 300_000) : 10_000) : undefined;
-    if (claim && nnodes > 1) ({ firstRank, world } = await claim.nodeLayout(nnodes, nodeRank, o.ranks, o.joinTimeoutMs ?? 300_000));
+    claim = shared ? await PrefixClaim.take(store, prefix, nodeRank, o.masterAddr && nodeRank > 0 ? (o.joinTimeoutMs ?? 300_000) : 10_000, joining.signal) : undefined;
+    if (claim && nnodes > 1) ({ firstRank, world } = await claim.join({ nnodes, nodeRank, ranks: o.ranks, script: o.script, timeoutMs: o.joinTimeoutMs ?? 300_000, signal: joining.signal }));
+    joining.signal.throwIfAborted();
   } catch (e) {
     await claim?.release(false);
     await server?.close();
-    throw e;
+    if (!joinSignal) throw e;
+    // Interrupted: as after Ctrl-C in a running job, one line and 128 + the signal's number.
+    err.write(`${(joining.signal.reason as Error).message}\n`);
+    return 128 + (constants.signals[joinSignal] ?? 2);
+  } finally {
+    process.off('SIGINT', abortJoin);
+    process.off('SIGTERM', abortJoin);
   }
   const command = scriptCommand(o.script);
 
@@ -279,7 +296,7 @@ export async function launch(o: LaunchOptions): Promise<number> {
   await server?.close();
   // After a failure the ranks could not remove the job's keys; the launcher does (a clean
   // job's last rank did). Of a job on several hosts, other hosts' ranks may still be using
-  // them: its keys expire with the store's TTL, or go with the next claim's takeover.
+  // them: the next job on the prefix deletes them once all its launchers have joined.
   await claim?.release(failure !== undefined && nnodes === 1);
   if (failure) {
     const clean = exits.filter((e) => e && e.code === 0 && !e.signal).length;

@@ -121,7 +121,8 @@ if (why) {
     assert.not.match(r.out, /allreduce|barrier/);
   });
 
-  test('every rank of one host SIGKILLed: the ranks on the other hosts fail within their timeout, naming a rank of that host', async () => {
+  test('every rank of one host SIGKILLed: the ranks on the other hosts fail within their timeout, naming a rank of that host; the same job then runs again', async () => {
+    const prefix = `killed-${randomBytes(4).toString('hex')}`;
     let victim: import('node:child_process').ChildProcess | undefined;
     let seen = '';
     const job = runOnHosts(hosts, {
@@ -129,6 +130,7 @@ if (why) {
       script: HOSTS_RANK,
       args: ['loop', '50000', '5000'],
       store: redis,
+      prefix,
       timeoutMs: 60_000,
       onStart: (host, child) => {
         if (host === 1) {
@@ -155,6 +157,11 @@ if (why) {
       assert.match(m![3], new RegExp(`^rank ${k}\\b`), m![3]);
     }
     assert.not.match(r.out, /leaked in \/dev\/shm/);
+    // The user runs the same command again: host 1's claim (its launcher was SIGKILLed) is taken
+    // over, and the failed job's keys go once every launcher has joined (they made the ranks'
+    // init fail with EEXIST for 24 hours).
+    const again = await runOnHosts(hosts, { perHost: [2, 1, 1], script: HOSTS_RANK, args: ['info'], store: redis, prefix, timeoutMs: 60_000 });
+    assert.equal(again.codes, [0, 0, 0], again.out.slice(-3000));
   });
 }
 

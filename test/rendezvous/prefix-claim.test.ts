@@ -62,6 +62,21 @@ async function waitForRanks(job: Job, store: string, prefix: string): Promise<vo
   throw new Error(`the ranks of the first job did not join within 10 s:\n${job.out()}`);
 }
 
+/** One launcher of a job on `nnodes` hosts (all on this machine: its ranks share memory). */
+function startNode(store: string, prefix: string, nnodes: number, nodeRank: number, ...args: string[]): Job {
+  const child = spawn(process.execPath, [WEFT, 'run', '-n', '1', '--nnodes', String(nnodes), '--node-rank', String(nodeRank), '--join-timeout', '20', '--store', store, '--prefix', prefix, RANK, ...args], { env: { ...process.env, NO_COLOR: '1' }, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+  let out = '';
+  child.stdout!.on('data', (d) => (out += d));
+  child.stderr!.on('data', (d) => (out += d));
+  const guard = setTimeout(() => process.kill(-child.pid!, 'SIGKILL'), 60_000);
+  const exit = new Promise<number | null>((r) => child.on('exit', (code) => (clearTimeout(guard), r(code))));
+  return { child, out: () => out, exit };
+}
+
+async function both(a: Job, b: Job): Promise<[number | null, number | null]> {
+  return [await a.exit, await b.exit];
+}
+
 function stores(): [string, () => void][] {
   const dir = mkdtempSync(path.join(tmpdir(), 'weft-claim-'));
   const out: [string, () => void][] = [[`file://${dir}`, () => rmSync(dir, { recursive: true, force: true })]];
@@ -69,8 +84,12 @@ function stores(): [string, () => void][] {
   return out;
 }
 
-for (const [store, cleanup] of stores()) {
+const all = stores();
+for (const [store, cleanup] of all) {
   const kind = store.split(':')[0];
+  // Launchers on several hosts: the same handshake over every store; the last store (Redis when
+  // the suite has one, the store of clusters) runs those cases.
+  const several = store === all[all.length - 1][0];
   test(`${kind}: a second job with the same prefix stops before any rank runs; the first job's keys go when it fails`, async () => {
     const prefix = `claim-${process.pid}-${kind}`;
     const a = start(store, prefix, '-1', 'hang');
@@ -89,6 +108,65 @@ for (const [store, cleanup] of stores()) {
     assert.equal(await keys(store, prefix), [], 'the failed job left keys');
     const c = start(store, prefix);
     assert.is(await c.exit, 0, `a job with the freed prefix failed:\n${c.out()}`);
+  });
+
+  if (several) test(`${kind}: a job on two hosts that failed leaves its prefix usable: the same command runs again at once`, async () => {
+    const prefix = `claim-hosts-${process.pid}-${kind}`;
+    // Rank 1 fails once both have connected; node 0 is stopped then (its rank would wait out
+    // its 20 s timeout): the job failed with its keys in the store.
+    const a0 = startNode(store, prefix, 2, 0, '1');
+    const a1 = startNode(store, prefix, 2, 1, '1');
+    assert.is.not(await a1.exit, 0, `the failing rank succeeded:\n${a1.out()}`);
+    a0.child.kill('SIGTERM');
+    assert.is.not(await a0.exit, 0);
+    assert.ok((await keys(store, prefix)).includes(`${prefix}/mesh/0`), 'the failed job left no keys: this test tests nothing');
+    const b0 = startNode(store, prefix, 2, 0);
+    const b1 = startNode(store, prefix, 2, 1);
+    const codes = await both(b0, b1);
+    assert.equal(codes, [0, 0], `the job after a failed one failed:\n${b0.out()}\n${b1.out()}`);
+    assert.match(b0.out(), /ok rank 0 heard 1/);
+  });
+
+  if (several) test(`${kind}: a host whose launcher was SIGKILLed joins the next job late: the job waits for it instead of starting with the dead one's count`, async () => {
+    const prefix = `claim-hosts-killed-${process.pid}-${kind}`;
+    const a0 = startNode(store, prefix, 2, 0, '-1', 'hang');
+    const a1 = startNode(store, prefix, 2, 1, '-1', 'hang');
+    await waitForRanks(a0, store, prefix);
+    process.kill(-a1.child.pid!, 'SIGKILL');
+    await a1.exit;
+    a0.child.kill('SIGTERM');
+    await a0.exit;
+    // Node 0 of the next job starts first and finds node 1's entry of the dead job.
+    const b0 = startNode(store, prefix, 2, 0);
+    await sleep(1500);
+    const b1 = startNode(store, prefix, 2, 1);
+    const codes = await both(b0, b1);
+    assert.equal(codes, [0, 0], `the next job failed:\n${b0.out()}\n${b1.out()}`);
+  });
+
+  if (several) test(`${kind}: launchers that disagree on --nnodes (two jobs on one prefix) both stop at once, naming the other`, async () => {
+    const prefix = `claim-mismatch-${process.pid}-${kind}`;
+    const t0 = performance.now();
+    const a = startNode(store, prefix, 2, 0);
+    const b = startNode(store, prefix, 3, 1);
+    const codes = await both(a, b);
+    assert.ok(codes[0] !== 0 && codes[1] !== 0, `${a.out()}\n${b.out()}`);
+    assert.ok(performance.now() - t0 < 15_000, 'they waited out the join timeout');
+    for (const j of [a, b]) assert.match(j.out(), /--nnodes 2.*--nnodes 3|--nnodes 3.*--nnodes 2/, j.out());
+    assert.not.match(a.out() + b.out(), /\[rank \d\]/, 'ranks started');
+  });
+
+  if (several) test(`${kind}: Ctrl-C while a launcher waits for the other hosts: it exits 130 at once and releases its claim`, async () => {
+    const prefix = `claim-interrupt-${process.pid}-${kind}`;
+    const a = startNode(store, prefix, 2, 0);
+    for (let i = 0; i < 100 && !(await keys(store, prefix)).includes(`${prefix}.launcher/0`); i++) await sleep(50);
+    assert.ok((await keys(store, prefix)).includes(`${prefix}.launcher/0`), `the launcher never claimed:\n${a.out()}`);
+    const t0 = performance.now();
+    a.child.kill('SIGINT');
+    assert.is(await a.exit, 130, a.out());
+    assert.ok(performance.now() - t0 < 5000, 'it waited out the join');
+    assert.match(a.out(), /interrupted by SIGINT while joining the other hosts/);
+    assert.equal(await keys(store, prefix), [], 'the claim stayed');
   });
 
   test(`${kind}: the claim of a SIGKILLed launcher is taken over by the next job`, async () => {
