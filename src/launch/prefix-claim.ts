@@ -6,7 +6,8 @@
  * second job with that prefix stops before any rank runs, with an error naming the launcher
  * that holds it. A claim whose launcher is dead (same host: its pid and start time are gone)
  * is taken over, with the dead job's keys. The claim is removed when the job ends, and the
- * prefix is purged after a failed job (a clean job's last rank purges it already).
+ * prefix is purged after a failed job (a clean job's last rank purges it already); of a job on
+ * several hosts, by the next job's node 0 once all its launchers have joined (`join()`).
  */
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';

@@ -3,8 +3,11 @@
  * rank. A second job with the same prefix stops at once with EEXIST naming the holder, before
  * any of its ranks runs (they used to connect to the first job's ranks, then both jobs failed);
  * a failed job's keys are removed when it ends (they blocked the prefix for 24 hours); and a
- * claim whose launcher was SIGKILLed is taken over by the next job. FileStore, and Redis when
- * the suite has a redis-server.
+ * claim whose launcher was SIGKILLed is taken over by the next job. Launchers of a job on
+ * several hosts (here all on this machine) join through a handshake: the same command runs
+ * again after a failed job, a dead launcher's entry is not taken for a live one, launchers
+ * that disagree stop at once, and Ctrl-C while joining releases the claim. FileStore, and
+ * Redis when the suite has a redis-server.
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
