@@ -5,7 +5,7 @@
  */
 import { WeftError } from '../errors.js';
 import { native } from '../native/binding.js';
-import type { WaitOptions } from '../util/deadline.js';
+import { Deadline, type WaitOptions } from '../util/deadline.js';
 import { hostname } from 'node:os';
 import { localIdentity } from '../host/identity.js';
 import { fabricBindAddress } from '../host/address.js';
@@ -69,7 +69,10 @@ export async function joinJob<M extends JobMember>(make: (parts: JobParts) => M,
   const prefix = options.prefix ?? process.env.WEFT_PREFIX ?? fromEnv?.prefix ?? 'weft';
   checkJobPrefix(`rank ${String(options.rank ?? fromEnv?.rank)}: init`, prefix);
   const serve = options.serve ?? fromEnv?.serve ?? false;
-  const wait: WaitOptions = { timeoutMs: options.timeoutMs, signal: options.signal };
+  // One deadline for the whole of init: each step gets what is left of it (each used to get
+  // the whole timeout anew, so init could take 4 x timeoutMs).
+  const deadline = new Deadline(options.timeoutMs, options.signal);
+  const wait = (): WaitOptions => ({ timeoutMs: Math.max(0, deadline.remaining()), signal: options.signal });
   if (!Number.isInteger(size) || size < 1 || !Number.isInteger(rank) || rank < 0 || rank >= size) {
     const err = new WeftError('EINVAL', `rank ${rank}: init: rank ${rank} does not fit world size ${size} (need 0 <= rank < size): start every rank with the same world size (WEFT_WORLD_SIZE, -n)`);
     await tellTheOthers(options.store ?? fromEnv?.store, prefix, err);
@@ -77,21 +80,21 @@ export async function joinJob<M extends JobMember>(make: (parts: JobParts) => M,
   }
   watchLauncher();
   bindLocalRank();
-  const raw = typeof options.store === 'object' ? options.store : await openStore(options.store ?? fromEnv!.store, { ...wait, serve });
+  const raw = typeof options.store === 'object' ? options.store : await openStore(options.store ?? fromEnv!.store, { ...wait(), serve });
   const store = new PrefixStore(prefix, raw);
   let device: Device | undefined;
   try {
     const job = prefix.replace(/[^A-Za-z0-9_-]/g, '_').slice(0, 48) || 'weft';
     const storeUrl = typeof options.store === 'string' ? options.store : typeof options.store === 'object' ? undefined : fromEnv?.store;
     const bind = mayUseFabric(requestedProvider(options.device)) ? (options.device?.node ?? (await fabricBindAddress({ storeUrl })).address) : '';
-    const hosts = await exchangeHosts(store, rank, size, { hostId: localIdentity().hostId, hostName: hostname(), address: bind }, wait);
+    const hosts = await exchangeHosts(store, rank, size, { hostId: localIdentity().hostId, hostName: hostname(), address: bind }, wait());
     device = await openJobDevice(hosts, rank, { job, label: `rank ${rank}`, ...options.device }, bind);
     debugLog('rank %d of %d: job %s, %s; device %s%s', rank, size, prefix, hosts.spansHosts ? `${hosts.hostIds.length} hosts` : 'one host', device.provider, bind ? `, bind ${bind}` : '');
     const t0 = performance.now();
     await checkSameDebugMode(store, rank);
     const router = new CompletionRouter(device);
     const transport = new TransportDevice(router, rank, size, options.transport);
-    const { qps: pairs, extras } = await connectFullMeshWithExtras(store, device, rank, size, { ...wait, qp: options.qp, extra: transport.descriptor(), hosts });
+    const { qps: pairs, extras } = await connectFullMeshWithExtras(store, device, rank, size, { ...wait(), qp: options.qp, extra: transport.descriptor(), hosts });
     transport.connect(pairs, extras);
     debugLog('rank %d: connected to %d peers in %d ms', rank, size - 1, Math.round(performance.now() - t0));
     if (serve && size > 1) {
@@ -100,7 +103,7 @@ export async function joinJob<M extends JobMember>(make: (parts: JobParts) => M,
       // the server while a slower rank still waits for its `mesh/connected` answer, and every
       // rank would time out.
       const others = [...Array(size).keys()].filter((p) => p !== rank).map((p) => `_ready/${p}`);
-      await multiGetOrFailure(store, others, rank, wait, (err) => new WeftError('ETIMEDOUT', `rank ${rank}: init: the store's host waited for every rank to leave init(): ${err.message}`, { cause: err }));
+      await multiGetOrFailure(store, others, rank, wait(), (err) => new WeftError('ETIMEDOUT', `rank ${rank}: init: the store's host waited for every rank to leave init(): ${err.message}`, { cause: err }));
     } else if (size > 1) {
       await store.set(`_ready/${rank}`, new Uint8Array(0));
     }

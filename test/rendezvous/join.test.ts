@@ -13,6 +13,7 @@ import { tmpdir } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import path from 'node:path';
 import { freePort } from '../../harness/ports.js';
+import { TcpStoreServer } from '../../src/rendezvous/stores/tcp/server.js';
 
 const RANK = path.join(path.dirname(fileURLToPath(import.meta.url)), 'workers', 'join-rank.js');
 
@@ -73,6 +74,24 @@ test('torchrun style, rank 0 hosting the store: a blocking collective right afte
   const env = (r: number) => ({ RANK: String(r), WORLD_SIZE: '4', MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(port), WEFT_STORE_SECRET: 'join-test-secret', WEFT_TIMEOUT_MS: '20000' });
   const outcomes = await Promise.all([0, 1, 2, 3].map((r) => rank(r, 4, '', ['sync'], env(r))));
   outcomes.forEach((o, r) => assert.ok(o.ok, `rank ${r}: ${JSON.stringify(o)}`));
+});
+
+test('init\'s timeoutMs bounds the whole of init, not each of its steps', async () => {
+  // The store comes up 2 s late (the rank keeps dialling), then the other rank never comes.
+  // With timeoutMs 3000, init fails about 3 s after it began; each step used to get the whole
+  // timeout anew, and it failed 2 + 3 s after (up to 4 x timeoutMs in all).
+  const port = await freePort();
+  const secret = 'join-timeout-secret';
+  const outcome = rank(0, 2, `tcp://127.0.0.1:${port}`, ['timeout=3000'], { WEFT_RANK: '0', WEFT_WORLD_SIZE: '2', WEFT_STORE: `tcp://127.0.0.1:${port}`, WEFT_STORE_SECRET: secret, WEFT_PREFIX: 'join-deadline' });
+  await new Promise((r) => setTimeout(r, 2000));
+  const server = await TcpStoreServer.listen({ host: '127.0.0.1', port, secret });
+  try {
+    const o = await outcome;
+    assert.is(o.code, 'ETIMEDOUT', JSON.stringify(o));
+    assert.ok(o.ms < 4200, `init failed ${Math.round(o.ms)} ms after it began, given timeoutMs 3000: ${o.message}`);
+  } finally {
+    await server.close();
+  }
 });
 
 test.run();
