@@ -64,6 +64,22 @@ test('a lock left by a dead process is recovered', async () => {
   await short.close();
 });
 
+test('a dead process\'s lock met by many contenders at once: one of them breaks it, no update is lost', async () => {
+  // Contenders that all judged the lock stale each unlinked "it": the second unlink removed the
+  // first breaker's fresh lock, and two adds ran at once, one lost (until 2026-11-27).
+  const stores = [...Array(8)].map(() => new FileStore(dir, { opTimeoutMs: 10_000 }));
+  const name = `l.${Buffer.from('n').toString('base64url')}`;
+  let want = 0;
+  for (let round = 0; round < 40; round++) {
+    writeFileSync(path.join(dir, name), `${hostname()} 99999999 ${round}`);
+    await Promise.all(stores.map((s) => s.add('n', 1)));
+    want += stores.length;
+    assert.is(dec(await stores[0].get('n')), String(want), `round ${round}: updates lost`);
+  }
+  assert.equal(readdirSync(dir).filter((f) => !f.startsWith('v.')), [], 'lock files left behind');
+  for (const s of stores) await s.close();
+});
+
 test('waits are woken by fs.watch, not the poll (poll set to 20 s), across processes', async () => {
   const s = new FileStore(dir, { pollFirstMs: 20_000, pollMaxMs: 20_000 });
   const t0 = performance.now();

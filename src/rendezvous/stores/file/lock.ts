@@ -2,7 +2,8 @@
  * A lock file for FileStore's read-modify-write operations (add, compareSet): created with
  * O_EXCL, holding "<hostname> <pid> <time>", removed on release. A crashed holder's lock is
  * recovered when its process is gone (same host) or when it is older than `staleMs`
- * (another host: holders keep it for microseconds, so an old lock is a dead one).
+ * (another host: holders keep it for microseconds, so an old lock is a dead one), by one
+ * contender at a time (`breakStale`).
  */
 import { hostname } from 'node:os';
 import { open, readFile, stat, unlink } from 'node:fs/promises';
@@ -21,14 +22,59 @@ function alive(pid: number): boolean {
   }
 }
 
-async function isStale(path: string, staleMs: number): Promise<boolean> {
+/** A lock file as read: its inode and text tell one lock from the next at the same path. */
+interface SeenLock {
+  ino: number;
+  text: string;
+}
+
+/** The lock at `path` when its holder is gone (or it is older than `staleMs`), else undefined. */
+async function staleLock(path: string, staleMs: number): Promise<SeenLock | undefined> {
   try {
     const [text, st] = await Promise.all([readFile(path, 'utf8'), stat(path)]);
     const [host, pidS] = text.split(' ');
-    if (host === HOST && pidS && !alive(Number(pidS))) return true;
-    return Date.now() - st.mtimeMs > staleMs;
+    const stale = (host === HOST && pidS && !alive(Number(pidS))) || Date.now() - st.mtimeMs > staleMs;
+    return stale ? { ino: st.ino, text } : undefined;
   } catch {
-    return false; // gone already, or half-written by its creator: retry the lock
+    return undefined; // gone already, or half-written by its creator: retry the lock
+  }
+}
+
+async function create(path: string): Promise<boolean> {
+  try {
+    const fh = await open(path, 'wx', 0o600);
+    try {
+      await fh.write(`${HOST} ${process.pid} ${Date.now()}`);
+    } finally {
+      await fh.close();
+    }
+    return true;
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
+    return false;
+  }
+}
+
+/**
+ * Removes the stale lock `seen` at `path`, if it is still the one there. Breakers take turns
+ * through `<path>.break`: several contenders judge one dead lock stale, and each used to unlink
+ * "it", the later ones removing the fresh lock the first had taken since, so two held the lock
+ * at once. Under the breaker's lock the lock file is read again and removed only if it is the
+ * very file judged stale (inode and text). A breaker that died holding `.break` is judged the
+ * same way; that judgment is not guarded again (it needs a crash while breaking).
+ */
+async function breakStale(path: string, seen: SeenLock, staleMs: number): Promise<void> {
+  const breaker = `${path}.break`;
+  if (!(await create(breaker))) {
+    const dead = await staleLock(breaker, staleMs);
+    if (dead) await unlink(breaker).catch(() => {});
+    return;
+  }
+  try {
+    const now = await Promise.all([readFile(path, 'utf8'), stat(path)]).catch(() => undefined);
+    if (now && now[0] === seen.text && now[1].ino === seen.ino) await unlink(path).catch(() => {});
+  } finally {
+    await unlink(breaker).catch(() => {});
   }
 }
 
@@ -36,21 +82,14 @@ async function isStale(path: string, staleMs: number): Promise<boolean> {
 export async function withLock<T>(path: string, deadline: Deadline, what: string, staleMs: number, fn: () => Promise<T>): Promise<T> {
   let spins = 0;
   for (;;) {
-    try {
-      const fh = await open(path, 'wx', 0o600);
-      try {
-        await fh.write(`${HOST} ${process.pid} ${Date.now()}`);
-      } finally {
-        await fh.close();
-      }
-      break;
-    } catch (e) {
-      if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
-    }
+    if (await create(path)) break;
     if (deadline.remaining() <= 0) throw new WeftError('ETIMEDOUT', `${what}: the lock file ${path} stayed held for ${Math.round(deadline.timeoutMs)} ms; if no process of the job is alive, delete it`);
-    if ((++spins === 1 || spins % 64 === 0) && (await isStale(path, staleMs))) {
-      await unlink(path).catch(() => {});
-      continue;
+    if (++spins === 1 || spins % 64 === 0) {
+      const seen = await staleLock(path, staleMs);
+      if (seen) {
+        await breakStale(path, seen, staleMs);
+        continue;
+      }
     }
     // Holders keep the lock for a few file operations: yield briefly, with jitter so the
     // contenders do not retry in lockstep.
