@@ -131,24 +131,26 @@ export class PrefixClaim {
       }
       const layout: Layout = { instance: randomBytes(8).toString('hex'), nonces: entries.map((e) => e.nonce), ranks: entries.map((e) => e.ranks) };
       await this.claims.set('layout', encode(layout));
-      // Until every launcher acknowledged; an entry replaced meanwhile (a launcher that died
-      // and one that took its place) means a new layout.
-      for (let pause = 20, n = 1; ; ) {
-        while (n < o.nnodes && (await this.claims.get(`ack/${n}`, { timeoutMs: 0 }).then((b) => decodeText(b) === layout.instance, () => false))) n++;
-        if (n === o.nnodes) break;
+      // Until every launcher acknowledged, in node order; the entry of the node waited for
+      // replaced meanwhile (a launcher that died, and one that took its place) means a new layout.
+      let n = 1;
+      for (let pause = 20; n < o.nnodes; ) {
+        if (await this.acked(n, layout)) {
+          n++;
+          continue;
+        }
         const e = await this.readEntry(n);
-        if (e?.nonce !== layout.nonces[n] && (await this.replaced(layout))) break;
-        if (performance.now() >= deadline) throw new WeftError('ETIMEDOUT', `weft run: node 0: the launcher of node ${n} (${e ? `${e.host}, pid ${e.pid}` : 'gone'}) did not acknowledge the job's layout within ${o.timeoutMs} ms; is it still running?`);
+        if (e?.nonce !== layout.nonces[n]) break;
+        if (performance.now() >= deadline) throw new WeftError('ETIMEDOUT', `weft run: node 0: the launcher of node ${n} (${e.host}, pid ${e.pid}) did not acknowledge the job's layout within ${o.timeoutMs} ms; is it still running?`);
         await pauseFor(pause, o.signal);
         pause = Math.min(pause * 2, 250);
       }
-      if (await this.allAcked(layout, o.nnodes)) {
-        // Each launcher of any earlier job on this prefix has ended (this job holds every
-        // node's claim), so what they left, ranks' keys of a failed job, can go.
-        await this.job.purge().catch(() => 0);
-        await this.claims.set('start', new TextEncoder().encode(layout.instance));
-        return layout;
-      }
+      if (n < o.nnodes) continue;
+      // Each launcher of any earlier job on this prefix has ended (this job holds every node's
+      // claim), so what they left, ranks' keys of a failed job, can go.
+      await this.job.purge().catch(() => 0);
+      await this.claims.set('start', new TextEncoder().encode(layout.instance));
+      return layout;
     }
   }
 
@@ -185,15 +187,8 @@ export class PrefixClaim {
     return e;
   }
 
-  /** Whether some node's entry now differs from `layout` (a launcher replaced by another). */
-  private async replaced(layout: Layout): Promise<boolean> {
-    for (let n = 1; n < layout.nonces.length; n++) if ((await this.readEntry(n))?.nonce !== layout.nonces[n]) return true;
-    return false;
-  }
-
-  private async allAcked(layout: Layout, nnodes: number): Promise<boolean> {
-    for (let n = 1; n < nnodes; n++) if (decodeText(await this.claims.get(`ack/${n}`, { timeoutMs: 0 }).catch(() => new Uint8Array(0))) !== layout.instance) return false;
-    return true;
+  private async acked(n: number, layout: Layout): Promise<boolean> {
+    return this.claims.get(`ack/${n}`, { timeoutMs: 0 }).then((b) => decodeText(b) === layout.instance, () => false);
   }
 
   /** Ends the claim; after a failed job also deletes the job's keys (node rank 0). */
