@@ -89,7 +89,9 @@ for (const [provider, n] of (hasOfi ? [['ofi', 2], ['ofi', 3], ['shm', 3]] : [['
 }
 if (hasOfi) {
   for (const n of [2, 3]) matrix('ofi', n);
-  for (const n of [4, 5]) matrix('ofi', n, soak ? undefined : 70_001);
+  // 5 ranks over ofi only in the soak run (npm test's budget): the algorithms are the
+  // provider's users, and 5 ranks (not a power of two) run over shm above.
+  for (const n of soak ? [4, 5] : [4]) matrix('ofi', n, soak ? undefined : 70_001);
 }
 
 test('ranks passing different lengths to allreduce: every rank gets a clear error', async () => {

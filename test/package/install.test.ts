@@ -100,9 +100,12 @@ test('every benchmark and the daemon-loop model run --quick from the installed p
     // What is checked here is that each benchmark runs from the installed package, not its
     // numbers (test/bench has those): the slow ones run a small part of their quick run. nic:
     // shm only (with its memcpy ceiling); ipc: one client, threads, weft's systems; transfer:
-    // one point (its quick run is 8 trials of fresh processes).
+    // one point (its quick run is 8 trials of fresh processes); rpc: shm, one run; reduce: a
+    // short time budget per task.
     const extra =
       b === 'nic' ? ['--provider', 'shm']
+      : b === 'rpc' ? ['--provider', 'shm', '--runs', '1']
+      : b === 'reduce' ? ['--time', '50']
       : b === 'ipc' ? ['--clients', '1', '--placements', 'threads', '--systems', 'floor,delegation,ipc,flux']
       : b === 'transfer' ? ['--provider', 'shm', '--op', 'read', '--block', '64K', '--seconds', '0.1']
       : [];
