@@ -182,7 +182,9 @@ export class EmulatedHosts {
    * The argv that runs `command args` on host `i`: in its network namespace, with its own
    * hostname and a private /dev/shm. When the command exits, whatever it left in /dev/shm is
    * reported on stderr as `weft-emulated-host: leaked in /dev/shm: ...` and the exit status is
-   * kept.
+   * kept. The check lists the host's /dev/shm, which every process of the host shares (and a
+   * killed job's leftovers stay until a device on that host sweeps them): with two processes at
+   * once on one host, one may be named for the other's live segments.
    */
   argv(i: number, command: string, args: string[]): string[] {
     const host = this.hosts[i];

@@ -9,7 +9,7 @@
  * prefix is purged after a failed job (a clean job's last rank purges it already); of a job on
  * several hosts, by the next job's node 0 once all its launchers have joined (`join()`).
  */
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import path from 'node:path';
 import { WeftError } from '../errors.js';
@@ -41,9 +41,10 @@ export class PrefixClaim {
 
   /**
    * Claims `prefix` for node `nodeRank` of a job in the store at `url`; throws EEXIST naming
-   * the live launcher that holds it. `timeoutMs` and `signal` bound reaching the store.
+   * the live launcher that holds it. `timeoutMs` and `signal` bound reaching the store;
+   * `nnodes` is the job's number of hosts.
    */
-  static async take(url: string, prefix: string, nodeRank: number, timeoutMs = 10_000, signal?: AbortSignal): Promise<PrefixClaim> {
+  static async take(url: string, prefix: string, nodeRank: number, timeoutMs = 10_000, signal?: AbortSignal, nnodes = 1): Promise<PrefixClaim> {
     const raw: Store = await openStore(url, { timeoutMs, signal });
     const store = new PrefixStore(`${prefix}.launcher`, raw);
     const job = new PrefixStore(prefix, raw, { closeInner: false });
@@ -58,9 +59,11 @@ export class PrefixClaim {
           // Its launcher died (SIGKILL, a crash) on this host: its job is over; take its place.
           stored = await store.compareSet(key, stored, mine);
           if (sameBytes(stored, mine)) {
-            // Its ranks end within the watchdog's grace (1.5 s after their launcher died): purge after.
+            // Its ranks end within the watchdog's grace (1.5 s after their launcher died): purge
+            // after. On several hosts node 0 purges once every launcher has joined (another
+            // job's ranks may use the prefix now: a claim of a node rank it does not have).
             await new Promise((r) => setTimeout(r, 2000));
-            await job.purge().catch(() => 0);
+            if (nnodes === 1) await job.purge().catch(() => 0);
           }
         }
         if (!sameBytes(stored, mine)) {
@@ -85,18 +88,32 @@ export class PrefixClaim {
    * a fresh one on another host. So each launcher writes `join/<n>` with a nonce of its own;
    * node 0 publishes a `layout` naming the nonces it read, waits until every launcher has
    * acknowledged that layout (a dead one never does; when a fresh launcher replaces its entry,
-   * node 0 publishes again), deletes whatever a failed earlier job left under the prefix (each
-   * of that job's launchers has ended: this job holds every node's claim), and writes `start`.
-   * A launcher starts its ranks when `start` names the layout that holds its own nonce.
-   * Launchers that disagree on `--nnodes` or the script are two jobs on one prefix: node 0
-   * publishes the disagreement and both stop at once.
+   * node 0 publishes again), checks once more that every entry and acknowledgement still
+   * stands, deletes whatever a failed earlier job left under the prefix (each of that job's
+   * launchers has ended: this job holds every node's claim), and writes `start`. A launcher
+   * starts its ranks when `start` names the layout that holds its own nonce. Launchers that
+   * disagree on `--nnodes`, the script or its arguments are two jobs on one prefix: node 0
+   * publishes the disagreement as a layout, and stops when that launcher has acknowledged it
+   * (an entry nobody acknowledges is a dead launcher's, replaced in time). Node 0 that fails
+   * for any reason publishes why to every launcher it heard of, which stop at once.
    */
-  async join(o: { nnodes: number; nodeRank: number; ranks: number; script: string; timeoutMs: number; signal?: AbortSignal }): Promise<{ firstRank: number; world: number }> {
+  async join(o: { nnodes: number; nodeRank: number; ranks: number; script: string; args: readonly string[]; timeoutMs: number; signal?: AbortSignal }): Promise<{ firstRank: number; world: number }> {
     const deadline = performance.now() + o.timeoutMs;
-    const mine: JoinEntry = { nonce: randomBytes(8).toString('hex'), ranks: o.ranks, nnodes: o.nnodes, script: path.basename(o.script), host: hostname(), pid: process.pid };
+    const argv = createHash('sha256').update(JSON.stringify([path.basename(o.script), ...o.args])).digest('hex').slice(0, 16);
+    const mine: JoinEntry = { nonce: randomBytes(8).toString('hex'), ranks: o.ranks, nnodes: o.nnodes, script: path.basename(o.script), argv, host: hostname(), pid: process.pid };
     await this.claims.set(`join/${o.nodeRank}`, encode(mine));
     this.joined = o.nodeRank;
-    const layout = o.nodeRank === 0 ? await this.lead(mine, o, deadline) : await this.follow(mine, o, deadline);
+    let layout: Layout;
+    if (o.nodeRank === 0) {
+      try {
+        layout = await this.lead(mine, o, deadline);
+      } catch (err) {
+        await this.publishFailure(o.nnodes, (err as Error).message);
+        throw err;
+      }
+    } else {
+      layout = await this.follow(mine, o, deadline);
+    }
     let firstRank = 0;
     for (let n = 0; n < o.nodeRank; n++) firstRank += layout.ranks[n];
     return { firstRank, world: layout.ranks.reduce((a, b) => a + b, 0) };
@@ -113,10 +130,8 @@ export class PrefixClaim {
         const e = await this.readEntry(n);
         if (e) {
           const why = disagreement(mine, e, n);
-          if (why) {
-            await this.claims.set('layout', encode({ instance: '', nonces: entries.map((x) => x.nonce).concat(e.nonce), ranks: [], error: why } satisfies Layout)).catch(() => {});
-            throw new WeftError('EINVAL', `weft run: node 0: ${why}`);
-          }
+          if (why && (await this.confirmDisagreement(n, e, entries, why, deadline, o.signal))) throw new WeftError('EINVAL', `weft run: node 0: ${why}`);
+          if (why) break; // that entry was replaced: read the entries again
           entries.push(e);
           n++;
           continue;
@@ -129,13 +144,14 @@ export class PrefixClaim {
         await pauseFor(pause, o.signal);
         pause = Math.min(pause * 2, 250);
       }
+      if (entries.length < o.nnodes) continue;
       const layout: Layout = { instance: randomBytes(8).toString('hex'), nonces: entries.map((e) => e.nonce), ranks: entries.map((e) => e.ranks) };
       await this.claims.set('layout', encode(layout));
       // Until every launcher acknowledged, in node order; the entry of the node waited for
       // replaced meanwhile (a launcher that died, and one that took its place) means a new layout.
       let n = 1;
       for (let pause = 20; n < o.nnodes; ) {
-        if (await this.acked(n, layout)) {
+        if (await this.acked(n, layout.instance)) {
           n++;
           continue;
         }
@@ -145,12 +161,70 @@ export class PrefixClaim {
         await pauseFor(pause, o.signal);
         pause = Math.min(pause * 2, 250);
       }
-      if (n < o.nnodes) continue;
+      // A launcher that acknowledged may have gone since (Ctrl-C, or SIGKILL and a new one in its
+      // place): the layout must still stand for every node, else a job would start without it.
+      if (n < o.nnodes || !(await this.stands(layout))) continue;
+      await this.checkNoWiderJob(o.nnodes);
       // Each launcher of any earlier job on this prefix has ended (this job holds every node's
       // claim), so what they left, ranks' keys of a failed job, can go.
       await this.job.purge().catch(() => 0);
       await this.claims.set('start', new TextEncoder().encode(layout.instance));
       return layout;
+    }
+  }
+
+  /**
+   * Node `n`'s entry disagrees with node 0's: published as an error layout; true once that
+   * launcher acknowledges it or has ended (it stops too), false when the entry is replaced
+   * first (it was a dead launcher's). Throws ETIMEDOUT at the deadline.
+   */
+  private async confirmDisagreement(n: number, e: JoinEntry, entries: JoinEntry[], why: string, deadline: number, signal?: AbortSignal): Promise<boolean> {
+    const instance = randomBytes(8).toString('hex');
+    await this.claims.set('layout', encode({ instance, nonces: [...entries.map((x) => x.nonce), e.nonce], ranks: [], error: why } satisfies Layout));
+    for (let pause = 20; ; ) {
+      if (await this.acked(n, instance)) return true;
+      // Gone: its launcher read the disagreement and ended (it removes its entry as it goes;
+      // a dead launcher's entry stays until a new launcher replaces it).
+      const now = await this.readEntry(n);
+      if (!now) return true;
+      if (now.nonce !== e.nonce) return false;
+      if (performance.now() >= deadline) throw new WeftError('ETIMEDOUT', `weft run: node 0: node ${n}'s entry in the store disagrees (${why}), and no launcher answered for it: left by a launcher that died? Start node ${n}'s launcher again with this job's arguments, or use another --prefix`);
+      await pauseFor(pause, signal);
+      pause = Math.min(pause * 2, 250);
+    }
+  }
+
+  /** Tells every launcher whose entry is in the store that node 0 gave up, and why (best effort). */
+  private async publishFailure(nnodes: number, why: string): Promise<void> {
+    try {
+      const nonces: string[] = [];
+      for (let n = 0; n < nnodes; n++) nonces.push((await this.readEntry(n).catch(() => undefined))?.nonce ?? '');
+      await this.claims.set('layout', encode({ instance: randomBytes(8).toString('hex'), nonces, ranks: [], error: `node 0 stopped: ${why.replace(/^weft run: node 0: /, '')}` } satisfies Layout));
+    } catch {
+      // The store is gone: the others time out.
+    }
+  }
+
+  /** Whether every node's entry still holds the layout's nonce and has acknowledged it. */
+  private async stands(layout: Layout): Promise<boolean> {
+    for (let n = 1; n < layout.nonces.length; n++) {
+      if ((await this.readEntry(n))?.nonce !== layout.nonces[n] || !(await this.acked(n, layout.instance))) return false;
+    }
+    return true;
+  }
+
+  /**
+   * A claim of a node rank this job does not have (an earlier job with more hosts whose
+   * launchers there still run) would see its keys purged under it: refused, naming it.
+   */
+  private async checkNoWiderJob(nnodes: number): Promise<void> {
+    for (let m = nnodes; m < nnodes + 8; m++) {
+      const b = await this.claims.get(String(m), { timeoutMs: 0 }).catch(() => undefined);
+      if (!b) continue;
+      const h = parse(b);
+      if (h && !isPeerAlive(h.identity)) continue;
+      const who = h ? `the launcher pid ${h.identity.pid} on ${h.host}, since ${h.since}` : 'another launcher';
+      throw new WeftError('EEXIST', `weft run: node 0: node rank ${m} of this prefix is claimed by ${who}: a job with more than ${nnodes} hosts uses the prefix; end it, or give this job another --prefix`);
     }
   }
 
@@ -160,13 +234,13 @@ export class PrefixClaim {
     for (let pause = 20; ; ) {
       const layout = await this.claims.get('layout', { timeoutMs: 0 }).then((b) => parseLayout(b), () => undefined);
       if (layout?.nonces[o.nodeRank] === mine.nonce) {
-        if (layout.error) throw new WeftError('EINVAL', `weft run: node ${o.nodeRank}: ${layout.error}`);
-        if (layout.ranks.length !== o.nnodes) throw new WeftError('EPROTO', `weft run: node ${o.nodeRank}: the job's layout in the store is malformed; use a fresh --prefix`);
         if (acked !== layout.instance) {
           await this.claims.set(`ack/${o.nodeRank}`, new TextEncoder().encode(layout.instance));
           acked = layout.instance;
           pause = 20;
         }
+        if (layout.error) throw new WeftError('EINVAL', `weft run: node ${o.nodeRank}: ${layout.error}`);
+        if (layout.ranks.length !== o.nnodes) throw new WeftError('EPROTO', `weft run: node ${o.nodeRank}: the job's layout in the store is malformed; use a fresh --prefix`);
         const start = await this.claims.get('start', { timeoutMs: 0 }).then(decodeText, () => '');
         if (start === layout.instance) return layout;
       }
@@ -187,8 +261,8 @@ export class PrefixClaim {
     return e;
   }
 
-  private async acked(n: number, layout: Layout): Promise<boolean> {
-    return this.claims.get(`ack/${n}`, { timeoutMs: 0 }).then((b) => decodeText(b) === layout.instance, () => false);
+  private async acked(n: number, instance: string): Promise<boolean> {
+    return this.claims.get(`ack/${n}`, { timeoutMs: 0 }).then((b) => decodeText(b) === instance, () => false);
   }
 
   /** Ends the claim; after a failed job also deletes the job's keys (node rank 0). */
@@ -219,6 +293,8 @@ interface JoinEntry {
   ranks: number;
   nnodes: number;
   script: string;
+  /** A hash of the script's name and arguments. */
+  argv: string;
   host: string;
   pid: number;
 }
@@ -242,7 +318,7 @@ function decodeText(b: Uint8Array): string {
 function parseEntry(b: Uint8Array): JoinEntry | undefined {
   try {
     const e = JSON.parse(decodeText(b)) as JoinEntry;
-    const ok = typeof e?.nonce === 'string' && Number.isInteger(e.ranks) && e.ranks > 0 && Number.isInteger(e.nnodes) && typeof e.script === 'string' && typeof e.host === 'string' && Number.isInteger(e.pid);
+    const ok = typeof e?.nonce === 'string' && Number.isInteger(e.ranks) && e.ranks > 0 && Number.isInteger(e.nnodes) && typeof e.script === 'string' && typeof e.argv === 'string' && typeof e.host === 'string' && Number.isInteger(e.pid);
     return ok ? e : undefined;
   } catch {
     return undefined;
@@ -261,9 +337,10 @@ function parseLayout(b: Uint8Array): Layout | undefined {
 
 /** Why node `n`'s launcher is not of node 0's job, or undefined. */
 function disagreement(lead: JoinEntry, e: JoinEntry, n: number): string | undefined {
-  if (e.nnodes === lead.nnodes && e.script === lead.script) return undefined;
+  if (e.nnodes === lead.nnodes && e.argv === lead.argv) return undefined;
   const run = (x: JoinEntry) => `\`${x.script}\` with --nnodes ${x.nnodes}`;
-  return `node 0 (${lead.host}, pid ${lead.pid}) runs ${run(lead)} and node ${n} (${e.host}, pid ${e.pid}) runs ${run(e)}: two jobs on one prefix, or launchers started with different arguments; give each job its own --prefix, and every launcher of a job the same --nnodes and script`;
+  const what = e.nnodes === lead.nnodes && e.script === lead.script ? `\`${e.script}\` with other arguments` : null;
+  return `node 0 (${lead.host}, pid ${lead.pid}) runs ${run(lead)} and node ${n} (${e.host}, pid ${e.pid}) runs ${what ?? run(e)}: two jobs on one prefix, or launchers started with different arguments; give each job its own --prefix, and every launcher of a job the same --nnodes, script and arguments`;
 }
 
 function pauseFor(ms: number, signal?: AbortSignal): Promise<void> {

@@ -133,8 +133,8 @@ export async function launch(o: LaunchOptions): Promise<number> {
   process.on('SIGINT', abortJoin);
   process.on('SIGTERM', abortJoin);
   try {
-    claim = shared ? await PrefixClaim.take(store, prefix, nodeRank, o.masterAddr && nodeRank > 0 ? (o.joinTimeoutMs ?? 300_000) : 10_000, joining.signal) : undefined;
-    if (claim && nnodes > 1) ({ firstRank, world } = await claim.join({ nnodes, nodeRank, ranks: o.ranks, script: o.script, timeoutMs: o.joinTimeoutMs ?? 300_000, signal: joining.signal }));
+    claim = shared ? await PrefixClaim.take(store, prefix, nodeRank, o.masterAddr && nodeRank > 0 ? (o.joinTimeoutMs ?? 300_000) : 10_000, joining.signal, nnodes) : undefined;
+    if (claim && nnodes > 1) ({ firstRank, world } = await claim.join({ nnodes, nodeRank, ranks: o.ranks, script: o.script, args: o.args, timeoutMs: o.joinTimeoutMs ?? 300_000, signal: joining.signal }));
     joining.signal.throwIfAborted();
   } catch (e) {
     await claim?.release(false);

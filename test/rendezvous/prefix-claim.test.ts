@@ -12,6 +12,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { spawn, type ChildProcess } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { fileURLToPath } from 'node:url';
@@ -130,7 +131,7 @@ for (const [store, cleanup] of all) {
     assert.match(b0.out(), /ok rank 0 heard 1/);
   });
 
-  if (several) test(`${kind}: a host whose launcher was SIGKILLed joins the next job late: the job waits for it instead of starting with the dead one's count`, async () => {
+  if (several) test(`${kind}: a host whose launcher was SIGKILLed joins the next job late (with other arguments): the job waits for it instead of starting with the dead one's count or taking its entry for a second job's`, async () => {
     const prefix = `claim-hosts-killed-${process.pid}-${kind}`;
     const a0 = startNode(store, prefix, 2, 0, '-1', 'hang');
     const a1 = startNode(store, prefix, 2, 1, '-1', 'hang');
@@ -145,6 +146,36 @@ for (const [store, cleanup] of all) {
     const b1 = startNode(store, prefix, 2, 1);
     const codes = await both(b0, b1);
     assert.equal(codes, [0, 0], `the next job failed:\n${b0.out()}\n${b1.out()}`);
+  });
+
+  if (several) test(`${kind}: a launcher that acknowledged the layout and left before the start is not counted: the job waits for the one that replaces it`, async () => {
+    const prefix = `claim-left-${process.pid}-${kind}`;
+    const s = await openStore(store, { timeoutMs: 5000 });
+    const enc = (v: unknown) => new TextEncoder().encode(JSON.stringify(v));
+    try {
+      // Node 2's entry is a launcher's that never acknowledges (written here, as the protocol
+      // has it): node 0 waits at node 2 with node 1's acknowledgement behind it.
+      const argv = createHash('sha256').update(JSON.stringify([path.basename(RANK)])).digest('hex').slice(0, 16);
+      await s.set(`${prefix}.launcher/join/2`, enc({ nonce: 'feedfacefeedface', ranks: 1, nnodes: 3, script: path.basename(RANK), argv, host: 'elsewhere', pid: 1 }));
+      const a0 = startNode(store, prefix, 3, 0);
+      const a1 = startNode(store, prefix, 3, 1);
+      await s.get(`${prefix}.launcher/ack/1`, { timeoutMs: 20_000 });
+      // Node 0 polls at least every 250 ms: by now it has seen node 1's acknowledgement.
+      await sleep(1000);
+      a1.child.kill('SIGINT');
+      assert.is(await a1.exit, 130, a1.out());
+      // Now node 2 acknowledges: every node has, but node 1's launcher is gone.
+      const layout = JSON.parse(new TextDecoder().decode(await s.get(`${prefix}.launcher/layout`, { timeoutMs: 0 })));
+      await s.set(`${prefix}.launcher/ack/2`, new TextEncoder().encode(layout.instance));
+      await sleep(1000);
+      const b1 = startNode(store, prefix, 3, 1);
+      const b2 = startNode(store, prefix, 3, 2);
+      const codes = [await a0.exit, await b1.exit, await b2.exit];
+      assert.equal(codes, [0, 0, 0], `${a0.out()}\n${b1.out()}\n${b2.out()}`);
+      assert.match(a0.out(), /ok rank 0 heard 1,2/);
+    } finally {
+      await s.close();
+    }
   });
 
   if (several) test(`${kind}: launchers that disagree on --nnodes (two jobs on one prefix) both stop at once, naming the other`, async () => {

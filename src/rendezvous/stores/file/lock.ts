@@ -6,7 +6,7 @@
  * contender at a time (`breakStale`).
  */
 import { hostname } from 'node:os';
-import { open, readFile, stat, unlink } from 'node:fs/promises';
+import { open, unlink } from 'node:fs/promises';
 import { WeftError } from '../../../errors.js';
 import type { Deadline } from '../../../util/deadline.js';
 import { sleep } from '../shared/wait-for-keys.js';
@@ -30,13 +30,31 @@ interface SeenLock {
 
 /** The lock at `path` when its holder is gone (or it is older than `staleMs`), else undefined. */
 async function staleLock(path: string, staleMs: number): Promise<SeenLock | undefined> {
+  const seen = await readLock(path);
+  if (!seen) return undefined; // gone already: retry the lock
+  const [host, pidS] = seen.text.split(' ');
+  const stale = (host === HOST && pidS && !alive(Number(pidS))) || Date.now() - seen.mtimeMs > staleMs;
+  return stale ? seen : undefined;
+}
+
+/**
+ * The lock file's text, inode and age, all from one open file: two lookups of the path could
+ * pair one lock's inode with the next one's text, and the check in breakStale would pass.
+ */
+async function readLock(path: string): Promise<(SeenLock & { mtimeMs: number }) | undefined> {
+  let fh;
   try {
-    const [text, st] = await Promise.all([readFile(path, 'utf8'), stat(path)]);
-    const [host, pidS] = text.split(' ');
-    const stale = (host === HOST && pidS && !alive(Number(pidS))) || Date.now() - st.mtimeMs > staleMs;
-    return stale ? { ino: st.ino, text } : undefined;
+    fh = await open(path, 'r');
   } catch {
-    return undefined; // gone already, or half-written by its creator: retry the lock
+    return undefined;
+  }
+  try {
+    const st = await fh.stat();
+    return { ino: st.ino, mtimeMs: st.mtimeMs, text: await fh.readFile('utf8') };
+  } catch {
+    return undefined;
+  } finally {
+    await fh.close().catch(() => {});
   }
 }
 
@@ -71,8 +89,8 @@ async function breakStale(path: string, seen: SeenLock, staleMs: number): Promis
     return;
   }
   try {
-    const now = await Promise.all([readFile(path, 'utf8'), stat(path)]).catch(() => undefined);
-    if (now && now[0] === seen.text && now[1].ino === seen.ino) await unlink(path).catch(() => {});
+    const now = await readLock(path);
+    if (now && now.text === seen.text && now.ino === seen.ino) await unlink(path).catch(() => {});
   } finally {
     await unlink(breaker).catch(() => {});
   }
