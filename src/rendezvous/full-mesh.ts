@@ -250,7 +250,11 @@ export async function shakeHands(device: Device, pairs: [number, QueuePair][], p
     await waitAsync(settled, device.cq.doorbell, planFor(device.oversubscribed, `rank ${rank}: ${what}: handshakes`, options));
   } catch (err) {
     const stuck = [...new Set(shaking.filter(([, q]) => q.handshakeState === 'pending').map(([p, q]) => `${describe(p)} at ${q.peerAddress ?? '?'}`))];
-    throw new WeftError((err as WeftError).code ?? 'ETIMEDOUT', `${describe(rank)}: ${what}: no answer through the fabric from ${stuck.join(', ') || 'a peer'} within the connect timeout: the address it published is not reachable from this host. ${fix}`, { cause: err });
+    // init's steps share one deadline: ranks that started far apart can leave the handshake
+    // too little time to tell a slow answer from none.
+    const ms = Math.round(new Deadline(options.timeoutMs).timeoutMs);
+    const short = ms < 2000 ? ` (all that was left of the timeout after the earlier steps: if the ranks started far apart, raise timeoutMs or WEFT_TIMEOUT_MS)` : '';
+    throw new WeftError((err as WeftError).code ?? 'ETIMEDOUT', `${describe(rank)}: ${what}: no answer through the fabric from ${stuck.join(', ') || 'a peer'} within ${ms} ms${short}: the address it published is not reachable from this host, or the peer is too slow. ${fix}`, { cause: err });
   }
   const failed = shaking.find(([, q]) => q.handshakeState === 'failed');
   if (failed) {
