@@ -20,6 +20,9 @@ import type { Store } from '../rendezvous/store.js';
 import { redactUrl } from '../rendezvous/stores/redis/store.js';
 import { sameBytes } from '../rendezvous/stores/shared/values.js';
 
+/** Longest pause between two looks at the store while launchers join (a job's start waits up to this). */
+const POLL_MAX_MS = 100;
+
 interface Holder {
   identity: ProcessIdentity;
   host: string;
@@ -142,7 +145,7 @@ export class PrefixClaim {
           throw new WeftError('ETIMEDOUT', `weft run: node 0: the launchers of nodes ${missing.join(', ')} did not start within ${o.timeoutMs} ms (each host runs \`weft run --nnodes ${o.nnodes} --node-rank R\` with the same store and --prefix)`);
         }
         await pauseFor(pause, o.signal);
-        pause = Math.min(pause * 2, 250);
+        pause = Math.min(pause * 2, POLL_MAX_MS);
       }
       if (entries.length < o.nnodes) continue;
       const layout: Layout = { instance: randomBytes(8).toString('hex'), nonces: entries.map((e) => e.nonce), ranks: entries.map((e) => e.ranks) };
@@ -159,7 +162,7 @@ export class PrefixClaim {
         if (e?.nonce !== layout.nonces[n]) break;
         if (performance.now() >= deadline) throw new WeftError('ETIMEDOUT', `weft run: node 0: the launcher of node ${n} (${e.host}, pid ${e.pid}) did not acknowledge the job's layout within ${o.timeoutMs} ms; is it still running?`);
         await pauseFor(pause, o.signal);
-        pause = Math.min(pause * 2, 250);
+        pause = Math.min(pause * 2, POLL_MAX_MS);
       }
       // A launcher that acknowledged may have gone since (Ctrl-C, or SIGKILL and a new one in its
       // place): the layout must still stand for every node, else a job would start without it.
@@ -190,7 +193,7 @@ export class PrefixClaim {
       if (now.nonce !== e.nonce) return false;
       if (performance.now() >= deadline) throw new WeftError('ETIMEDOUT', `weft run: node 0: node ${n}'s entry in the store disagrees (${why}), and no launcher answered for it: left by a launcher that died? Start node ${n}'s launcher again with this job's arguments, or use another --prefix`);
       await pauseFor(pause, signal);
-      pause = Math.min(pause * 2, 250);
+      pause = Math.min(pause * 2, POLL_MAX_MS);
     }
   }
 
@@ -249,7 +252,7 @@ export class PrefixClaim {
         throw new WeftError('ETIMEDOUT', `weft run: node ${o.nodeRank}: ${leader ? `node 0's launcher (${leader.host}, pid ${leader.pid}) did not start the job` : "the launcher of node 0 did not start"} within ${o.timeoutMs} ms (each host runs \`weft run --nnodes ${o.nnodes} --node-rank R\` with the same store and --prefix)`);
       }
       await pauseFor(pause, o.signal);
-      pause = Math.min(pause * 2, 250);
+      pause = Math.min(pause * 2, POLL_MAX_MS);
     }
   }
 

@@ -160,7 +160,7 @@ for (const [store, cleanup] of all) {
       const a0 = startNode(store, prefix, 3, 0);
       const a1 = startNode(store, prefix, 3, 1);
       await s.get(`${prefix}.launcher/ack/1`, { timeoutMs: 20_000 });
-      // Node 0 polls at least every 250 ms: by now it has seen node 1's acknowledgement.
+      // Node 0 polls at least every 100 ms: by now it has seen node 1's acknowledgement.
       await sleep(1000);
       a1.child.kill('SIGINT');
       assert.is(await a1.exit, 130, a1.out());
