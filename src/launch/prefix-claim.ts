@@ -19,6 +19,7 @@ import { PrefixStore } from '../rendezvous/prefix-store.js';
 import type { Store } from '../rendezvous/store.js';
 import { redactUrl } from '../rendezvous/stores/redis/store.js';
 import { sameBytes } from '../rendezvous/stores/shared/values.js';
+import { sleep } from '../rendezvous/stores/shared/wait-for-keys.js';
 
 /** Longest pause between two looks at the store while launchers join (a job's start waits up to this). */
 const POLL_MAX_MS = 100;
@@ -129,7 +130,8 @@ export class PrefixClaim {
       // Every node's entry, checked as it comes: a disagreement stops the job at once, not
       // after the join timeout.
       const entries: JoinEntry[] = [mine];
-      for (let n = 1, pause = 20; n < o.nnodes; ) {
+      const backoff = new Backoff(o.signal);
+      for (let n = 1; n < o.nnodes; ) {
         const e = await this.readEntry(n);
         if (e) {
           const why = disagreement(mine, e, n);
@@ -144,8 +146,7 @@ export class PrefixClaim {
           for (let m = n; m < o.nnodes; m++) if (!(await this.readEntry(m))) missing.push(m);
           throw new WeftError('ETIMEDOUT', `weft run: node 0: the launchers of nodes ${missing.join(', ')} did not start within ${o.timeoutMs} ms (each host runs \`weft run --nnodes ${o.nnodes} --node-rank R\` with the same store and --prefix)`);
         }
-        await pauseFor(pause, o.signal);
-        pause = Math.min(pause * 2, POLL_MAX_MS);
+        await backoff.pause();
       }
       if (entries.length < o.nnodes) continue;
       const layout: Layout = { instance: randomBytes(8).toString('hex'), nonces: entries.map((e) => e.nonce), ranks: entries.map((e) => e.ranks) };
@@ -153,7 +154,8 @@ export class PrefixClaim {
       // Until every launcher acknowledged, in node order; the entry of the node waited for
       // replaced meanwhile (a launcher that died, and one that took its place) means a new layout.
       let n = 1;
-      for (let pause = 20; n < o.nnodes; ) {
+      const acks = new Backoff(o.signal);
+      while (n < o.nnodes) {
         if (await this.acked(n, layout.instance)) {
           n++;
           continue;
@@ -161,8 +163,7 @@ export class PrefixClaim {
         const e = await this.readEntry(n);
         if (e?.nonce !== layout.nonces[n]) break;
         if (performance.now() >= deadline) throw new WeftError('ETIMEDOUT', `weft run: node 0: the launcher of node ${n} (${e.host}, pid ${e.pid}) did not acknowledge the job's layout within ${o.timeoutMs} ms; is it still running?`);
-        await pauseFor(pause, o.signal);
-        pause = Math.min(pause * 2, POLL_MAX_MS);
+        await acks.pause();
       }
       // A launcher that acknowledged may have gone since (Ctrl-C, or SIGKILL and a new one in its
       // place): the layout must still stand for every node, else a job would start without it.
@@ -184,7 +185,8 @@ export class PrefixClaim {
   private async confirmDisagreement(n: number, e: JoinEntry, entries: JoinEntry[], why: string, deadline: number, signal?: AbortSignal): Promise<boolean> {
     const instance = randomBytes(8).toString('hex');
     await this.claims.set('layout', encode({ instance, nonces: [...entries.map((x) => x.nonce), e.nonce], ranks: [], error: why } satisfies Layout));
-    for (let pause = 20; ; ) {
+    const backoff = new Backoff(signal);
+    for (;;) {
       if (await this.acked(n, instance)) return true;
       // Gone: its launcher read the disagreement and ended (it removes its entry as it goes;
       // a dead launcher's entry stays until a new launcher replaces it).
@@ -192,8 +194,7 @@ export class PrefixClaim {
       if (!now) return true;
       if (now.nonce !== e.nonce) return false;
       if (performance.now() >= deadline) throw new WeftError('ETIMEDOUT', `weft run: node 0: node ${n}'s entry in the store disagrees (${why}), and no launcher answered for it: left by a launcher that died? Start node ${n}'s launcher again with this job's arguments, or use another --prefix`);
-      await pauseFor(pause, signal);
-      pause = Math.min(pause * 2, POLL_MAX_MS);
+      await backoff.pause();
     }
   }
 
@@ -234,13 +235,14 @@ export class PrefixClaim {
   /** A follower's side of join(): waits for a layout naming its nonce, acknowledges it, then for `start`. */
   private async follow(mine: JoinEntry, o: { nnodes: number; nodeRank: number; timeoutMs: number; signal?: AbortSignal }, deadline: number): Promise<Layout> {
     let acked = '';
-    for (let pause = 20; ; ) {
+    const backoff = new Backoff(o.signal);
+    for (;;) {
       const layout = await this.claims.get('layout', { timeoutMs: 0 }).then((b) => parseLayout(b), () => undefined);
       if (layout?.nonces[o.nodeRank] === mine.nonce) {
         if (acked !== layout.instance) {
           await this.claims.set(`ack/${o.nodeRank}`, new TextEncoder().encode(layout.instance));
           acked = layout.instance;
-          pause = 20;
+          backoff.reset();
         }
         if (layout.error) throw new WeftError('EINVAL', `weft run: node ${o.nodeRank}: ${layout.error}`);
         if (layout.ranks.length !== o.nnodes) throw new WeftError('EPROTO', `weft run: node ${o.nodeRank}: the job's layout in the store is malformed; use a fresh --prefix`);
@@ -251,8 +253,7 @@ export class PrefixClaim {
         const leader = await this.readEntry(0);
         throw new WeftError('ETIMEDOUT', `weft run: node ${o.nodeRank}: ${leader ? `node 0's launcher (${leader.host}, pid ${leader.pid}) did not start the job` : "the launcher of node 0 did not start"} within ${o.timeoutMs} ms (each host runs \`weft run --nnodes ${o.nnodes} --node-rank R\` with the same store and --prefix)`);
       }
-      await pauseFor(pause, o.signal);
-      pause = Math.min(pause * 2, POLL_MAX_MS);
+      await backoff.pause();
     }
   }
 
@@ -346,19 +347,23 @@ function disagreement(lead: JoinEntry, e: JoinEntry, n: number): string | undefi
   return `node 0 (${lead.host}, pid ${lead.pid}) runs ${run(lead)} and node ${n} (${e.host}, pid ${e.pid}) runs ${what ?? run(e)}: two jobs on one prefix, or launchers started with different arguments; give each job its own --prefix, and every launcher of a job the same --nnodes, script and arguments`;
 }
 
-function pauseFor(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    if (signal?.aborted) return reject(new WeftError('EABORTED', 'weft run: joining the other hosts was aborted'));
-    const t = setTimeout(() => {
-      signal?.removeEventListener('abort', onAbort);
-      resolve();
-    }, ms);
-    const onAbort = () => {
-      clearTimeout(t);
-      reject(new WeftError('EABORTED', 'weft run: joining the other hosts was aborted'));
-    };
-    signal?.addEventListener('abort', onAbort, { once: true });
-  });
+/**
+ * The pauses between two looks at the store while launchers join: 20 ms, doubling up to
+ * POLL_MAX_MS; EABORTED once the signal fires (Ctrl-C).
+ */
+class Backoff {
+  private ms = 20;
+  constructor(private readonly signal?: AbortSignal) {}
+
+  reset(): void {
+    this.ms = 20;
+  }
+
+  async pause(): Promise<void> {
+    await sleep(this.ms, this.signal);
+    if (this.signal?.aborted) throw new WeftError('EABORTED', 'weft run: joining the other hosts was aborted');
+    this.ms = Math.min(this.ms * 2, POLL_MAX_MS);
+  }
 }
 
 function parse(bytes: Uint8Array): Holder | undefined {
