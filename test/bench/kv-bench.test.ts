@@ -89,7 +89,8 @@ test('Ctrl-C stops the run: exit 130, no rank left running, no segment left', as
 
 test('the poll controllers run in the daemon loops: --verify clean, the row names the controller and its setting', async () => {
   // Each controller in one backend's loops, the two backends taking turns (both for each with
-  // WEFT_SOAK=1): each bench run costs 4 s of npm test's 15 minutes, and a second backend 3 more.
+  // WEFT_SOAK=1), half-second runs: each bench run costs 3-4 s of npm test's 15 minutes (most
+  // of it starting the ranks), and a second backend 3 more.
   const soak = process.env.WEFT_SOAK === '1';
   for (const [args, spec, backends] of [
     [['--poll-budget', '8'], 'fixed:8', 'delegation'],
@@ -97,7 +98,7 @@ test('the poll controllers run in the daemon loops: --verify clean, the row name
     [['--poll-controller', 'min-batch'], 'min-batch', 'delegation'],
     [['--poll-controller', 'batch-hold'], 'batch-hold', 'meta'],
   ] as [string[], string, string][]) {
-    const r = await bench(['--quick', '--verify', '--backends', soak ? 'delegation,meta' : backends, '--peers', 'none', ...args]);
+    const r = await bench(['--quick', '--duration', soak ? '1' : '0.5', '--verify', '--backends', soak ? 'delegation,meta' : backends, '--peers', 'none', ...args]);
     assert.is(r.code, 0, `${spec}: ${r.err.slice(-3000)}`);
     const rs = rows(r.out);
     assert.is(rs.length, soak ? 2 : 1);

@@ -85,6 +85,8 @@ test('--version, info, demo', () => {
   const demo = weft(['demo', '-n', '2', '--laps', '100', '--blocks', '8']);
   assert.is(demo.code, 0, demo.out + demo.err);
   assert.match(demo.out, /allreduce of .* \(checked\)/);
+  // and its few seconds of benchkv, every backend verified (the bench binary from the tarball)
+  for (const backend of ['meta', 'delegation', 'direct']) assert.match(demo.out, new RegExp(`^${backend} +\\d`, 'm'), demo.out.slice(-3000));
 });
 
 test('run with a .mjs and a .ts rank in the CommonJS project', () => {
@@ -105,15 +107,18 @@ test('every benchmark and the daemon-loop model run --quick from the installed p
     // numbers (test/bench has those): the slow ones run a small part of their quick run. nic:
     // shm only (with its memcpy ceiling); ipc: one client, threads, weft's systems; transfer:
     // one point (its quick run is 8 trials of fresh processes); rpc: shm, one run; reduce: a
-    // short time budget per task.
+    // short time budget per task; collectives: 2 ranks, two ops, two sizes, peers included.
     const extra =
       b === 'nic' ? ['--provider', 'shm']
       : b === 'rpc' ? ['--provider', 'shm', '--runs', '1']
-      : b === 'reduce' ? ['--time', '50']
-      : b === 'ipc' ? ['--clients', '1', '--placements', 'threads', '--systems', 'floor,delegation,ipc,flux']
+      : b === 'reduce' ? ['--time', '10']
+      : b === 'collectives' ? ['--np', '2', '--ops', 'allreduce,broadcast', '--sizes', '8,1M']
+      : b === 'ipc' ? ['--clients', '1', '--qd', '1', '--placements', 'threads', '--systems', 'floor,delegation,ipc,flux']
       : b === 'transfer' ? ['--provider', 'shm', '--op', 'read', '--block', '64K', '--seconds', '0.1']
       : [];
+    const started = Date.now();
     const r = weft(['bench', b, '--quick', ...extra], 300_000);
+    console.log(`  bench ${b}: ${((Date.now() - started) / 1000).toFixed(1)} s`);
     assert.is(r.code, 0, `${b}: ${r.out.slice(-2000)}${r.err.slice(-2000)}`);
     // Plots need vega (a development dependency): skipped, and said so.
     if (b === 'nic' || b === 'rpc') assert.match(r.err, /plots? skipped .*/);
