@@ -17,7 +17,7 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import { createPollController, POLL_CONTROLLER_SPECS } from 'weftjs/rpc';
 import { integerAtLeast, runIfMain } from '../lib/command.js';
 import { resultsDir } from '../lib/stats.js';
-import { RESULT_PREFIX, type RankPlan, type RankResult } from './result.js';
+import { RESULT_PREFIX, WARMUP_EXTRA_MAX_S, type RankPlan, type RankResult } from './result.js';
 import { formatTable, median, plotKv, toCsv, type KvRow, type KvSeries } from './report.js';
 import { loadKeys, redisMissing, runIoredis, runRedisBenchmark, startRedis, type RedisWorkload } from './redis-peer.js';
 import { BACKENDS, type Backend } from './topology.js';
@@ -110,7 +110,7 @@ export function kvCommand(): Command {
     .addOption(new Option('--workload <w>', 'YCSB preset: A (50% reads), B (95%), C (100%), zipfian 0.99 keys').choices(['A', 'B', 'C']))
     .option('--locality <p>', 'probability that a request targets its own rank (default: uniform over ranks)', ratio)
     .option('--duration <s>', 'seconds per run', seconds, 3)
-    .option('--warmup <s>', 'seconds before the first run', seconds, 1)
+    .option('--warmup <s>', `seconds of warm-up at least; it goes on (up to ${WARMUP_EXTRA_MAX_S} s more) until the throughput is steady`, seconds, 1)
     .option('--runs <n>', 'runs per backend (the median is reported)', int(1), 3)
     .option('--epochs <n>', 'epochs per run; the fastest and slowest are trimmed', int(1), 5)
     .option('--peers <list>', "'redis,redis-benchmark' or 'none'", (v) => (v === 'none' ? [] : v.split(',')), ['redis', 'redis-benchmark'])
@@ -242,6 +242,8 @@ function rowOf(o: KvOptions, r: RankResult): KvRow {
     threads_per_host: r.threads,
     cores: r.cores,
     oversubscribed: r.oversubscribed,
+    warmup_s: Math.round(r.warmup_s * 100) / 100,
+    warmup_steady: r.warmup_steady,
   };
 }
 
@@ -251,7 +253,7 @@ function peerRow(o: KvOptions, system: string, mops: number, p50: number, p99: n
     bench: 'kv', system, ranks, hosts: 1, daemons: o.daemons, clients: o.clients, qd: o.qd, read_ratio: o.readRatio,
     distribution: describeDistribution(o.distribution), locality: null, poll_controller: null, poll_setting_avg: null, mops, mops_runs: [mops], mops_per_rank: mops / ranks,
     per_rank_mops: [], p50_us: p50, p90_us: null, p99_us: p99, p999_us: null, outstanding_avg: null, cqe_batch_avg: null, cqe_hist: null,
-    loops_per_s_per_daemon: null, local_share: null, mismatches: null, threads_per_host: null, cores: cpus().length, oversubscribed: null, ...(note ? { note } : {}),
+    loops_per_s_per_daemon: null, local_share: null, mismatches: null, threads_per_host: null, cores: cpus().length, oversubscribed: null, warmup_s: o.warmup, warmup_steady: null, ...(note ? { note } : {}),
   };
 }
 
@@ -276,7 +278,7 @@ export async function runKv(o: KvOptions): Promise<number> {
     rows.push(row);
     if (o.json) console.log(JSON.stringify(row));
   };
-  const perBackend = o.warmup + o.runs * o.duration + 2;
+  const perBackend = o.warmup + 1 + o.runs * o.duration + 2;
   let failed = 0;
   for (const backend of o.backends) {
     if (interrupted) break;
@@ -339,6 +341,10 @@ export async function runKv(o: KvOptions): Promise<number> {
     console.log(formatTable(rows));
     const over = rows.find((r) => r.oversubscribed);
     if (over) console.log(`note: ${over.threads_per_host} busy threads per host on ${over.cores} cores (oversubscribed): idle passes yield the core at once instead of spinning`);
+    const warm = rows.filter((r) => r.warmup_steady !== null);
+    if (warm.length) console.log(`warm-up: ${warm.map((r) => `${r.system} ${r.warmup_s!.toFixed(1)} s`).join(', ')} (--warmup ${o.warmup} s, then until the throughput was steady)`);
+    const unsettled = warm.filter((r) => r.warmup_steady === false).map((r) => r.system);
+    if (unsettled.length) console.log(`note: the throughput of ${unsettled.join(', ')} had not settled ${WARMUP_EXTRA_MAX_S} s past --warmup; its runs started anyway and may be low`);
   }
   const dir = o.out ? path.resolve(o.out) : resultsDir();
   mkdirSync(dir, { recursive: true });

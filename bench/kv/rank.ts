@@ -15,7 +15,7 @@ import { fileURLToPath } from 'node:url';
 import { init } from 'weftjs';
 import { C, CLIENT_WORDS, CTL, D, LOOP_WORDS, SERIES_MAX, SERIES_WORDS, region } from './board.js';
 import type { KvConfig } from './config.js';
-import { RESULT_PREFIX, type RankPlan, type RankResult } from './result.js';
+import { RESULT_PREFIX, WARMUP_EXTRA_MAX_S, type RankPlan, type RankResult } from './result.js';
 import { BUCKETS, quantile } from './histogram.js';
 import type { SetupMessage } from './rpc-thread.js';
 
@@ -86,6 +86,38 @@ function message<T extends SetupMessage['type']>(w: Worker, type: T, name: strin
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+/** Warm-up windows: the throughput of two in a row within WARM_TOLERANCE of each other is steady. */
+const WARM_WINDOW_MS = 200;
+const WARM_TOLERANCE = 0.25;
+
+/**
+ * Warm-up: --warmup seconds, then on until the throughput is steady on every rank. The first
+ * second or so of a run goes at a tenth of the steady rate on this 2-core VM (the threads'
+ * code is still interpreted, and V8's compiler threads compete with 8 busy ones), so a fixed
+ * 0.3 s warm-up measured that start (0.02-0.14 Mops where the steady rate is 0.4). The ranks
+ * agree through an allreduce per window: the measured runs start on all of them at once.
+ */
+async function warmUp(ops: () => number): Promise<{ seconds: number; steady: boolean }> {
+  const t0 = performance.now();
+  await sleep(plan.warmup * 1000);
+  const unsteady = new Float64Array(1);
+  let previous = -1;
+  for (;;) {
+    const before = ops();
+    const t = performance.now();
+    await sleep(WARM_WINDOW_MS);
+    const rate = (ops() - before) / (performance.now() - t);
+    const steady = previous > 0 && rate > 0 && Math.abs(rate - previous) <= WARM_TOLERANCE * Math.max(rate, previous);
+    previous = rate;
+    const late = (performance.now() - t0) / 1000 >= plan.warmup + WARMUP_EXTRA_MAX_S;
+    // Summed over ranks: 0 once every rank is steady or out of time.
+    unsteady[0] = steady || late ? 0 : 1;
+    if (failure) throw failure;
+    await ctx.allreduce(unsteady, { timeoutMs: cfg.timeoutMs });
+    if (unsteady[0] === 0) return { seconds: (performance.now() - t0) / 1000, steady };
+  }
+}
+
 try {
   // Daemons first: their segment names go to the clients.
   const daemons = Array.from({ length: cfg.daemons }, (_, d) => {
@@ -132,7 +164,7 @@ try {
   };
   Atomics.store(ctl, CTL.RUN, 1);
   Atomics.notify(ctl, CTL.RUN);
-  await sleep(plan.warmup * 1000);
+  const warm = await warmUp(ops);
   const loops0 = Array.from({ length: cfg.daemons }, (_, d) => region(loopSab, LOOP_WORDS, d)[D.LOOPS]);
   const tRuns0 = performance.now();
   const runsMops: number[] = [];
@@ -255,6 +287,8 @@ try {
       threads: threadsHere,
       cores,
       oversubscribed: cfg.oversubscribed,
+      warmup_s: warm.seconds,
+      warmup_steady: warm.steady,
       series,
     };
     console.log(RESULT_PREFIX + JSON.stringify(result));

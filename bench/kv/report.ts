@@ -36,6 +36,10 @@ export interface KvRow {
   threads_per_host: number | null;
   cores: number | null;
   oversubscribed: boolean | null;
+  /** Seconds of warm-up before the runs (weft's backends: until the throughput was steady). */
+  warmup_s: number | null;
+  /** False when weft's throughput had not settled by the end of the warm-up. */
+  warmup_steady: boolean | null;
   note?: string;
 }
 
@@ -80,7 +84,7 @@ export function formatTable(rows: KvRow[]): string {
   return table(head, body);
 }
 
-const CSV_COLUMNS: (keyof KvRow)[] = ['system', 'ranks', 'hosts', 'daemons', 'clients', 'qd', 'read_ratio', 'distribution', 'locality', 'poll_controller', 'poll_setting_avg', 'mops', 'mops_per_rank', 'p50_us', 'p90_us', 'p99_us', 'p999_us', 'outstanding_avg', 'cqe_batch_avg', 'loops_per_s_per_daemon', 'local_share', 'mismatches', 'threads_per_host', 'cores', 'oversubscribed'];
+const CSV_COLUMNS: (keyof KvRow)[] = ['system', 'ranks', 'hosts', 'daemons', 'clients', 'qd', 'read_ratio', 'distribution', 'locality', 'poll_controller', 'poll_setting_avg', 'mops', 'mops_per_rank', 'p50_us', 'p90_us', 'p99_us', 'p999_us', 'outstanding_avg', 'cqe_batch_avg', 'loops_per_s_per_daemon', 'local_share', 'mismatches', 'threads_per_host', 'cores', 'oversubscribed', 'warmup_s', 'warmup_steady'];
 
 export function toCsv(rows: KvRow[]): string {
   const cell = (v: unknown) => (v === null || v === undefined ? '' : typeof v === 'string' && /[",\n]/.test(v) ? `"${v.replace(/"/g, '""')}"` : String(v));

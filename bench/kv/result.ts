@@ -35,8 +35,15 @@ export interface RankResult {
   threads: number;
   cores: number;
   oversubscribed: boolean;
+  /** Seconds of warm-up (--warmup, then on until the throughput was steady) on rank 0. */
+  warmup_s: number;
+  /** False when the throughput had not settled after --warmup + 3 s (the runs started anyway). */
+  warmup_steady: boolean;
   series: { t_ms: number[]; outstanding: number[]; cqe_batch: number[]; setting: number[] };
 }
 
 export const RESULT_PREFIX = 'KVRESULT ';
+
+/** The warm-up goes on at most this long past --warmup when the throughput never settles. */
+export const WARMUP_EXTRA_MAX_S = 3;
 

@@ -51,6 +51,9 @@ test('every backend, 2 ranks x 2 daemons x 2 clients, QD 4, --verify clean, Redi
     assert.ok(x.outstanding_avg > 0, `${x.system}: no copyrpc call was ever seen in flight`);
     assert.ok(x.local_share > 0.3 && x.local_share < 0.7, `${x.system}: local share ${x.local_share} (uniform over 2 ranks)`);
     assert.is(x.per_rank_mops.length, 2);
+    // --quick warms up 0.3 s at least, then until the throughput is steady (at most 3 s more)
+    assert.type(x.warmup_steady, 'boolean');
+    assert.ok(x.warmup_s >= 0.3 && x.warmup_s < 0.3 + 3 + 1.5, `${x.system}: warm-up ${x.warmup_s} s`);
   }
 });
 
