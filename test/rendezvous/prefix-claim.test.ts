@@ -190,6 +190,24 @@ for (const [store, cleanup] of all) {
     assert.not.match(a.out() + b.out(), /\[rank \d\]/, 'ranks started');
   });
 
+  if (several) test(`${kind}: a launcher with a wider --nnodes than a running job on its prefix stops at once, naming node 0 and the job's host count`, async () => {
+    const prefix = `claim-wider-${process.pid}-${kind}`;
+    const a0 = startNode(store, prefix, 2, 0, '-1', 'hang');
+    const a1 = startNode(store, prefix, 2, 1, '-1', 'hang');
+    try {
+      await waitForRanks(a0, store, prefix);
+      const t0 = performance.now();
+      const b = startNode(store, prefix, 3, 2);
+      assert.is.not(await b.exit, 0, b.out());
+      assert.ok(performance.now() - t0 < 10_000, `it waited out the join timeout:\n${b.out()}`);
+      assert.match(b.out(), new RegExp(`node 2: node 0 \\(.*, pid \\d+\\) runs .* with --nnodes 2 on this prefix, started without this launcher \\(--nnodes 3\\)`), b.out());
+      assert.not.match(b.out(), /\[rank \d\]/, 'ranks started');
+    } finally {
+      for (const j of [a0, a1]) process.kill(-j.child.pid!, 'SIGTERM');
+      await both(a0, a1);
+    }
+  });
+
   if (several) test(`${kind}: Ctrl-C while a launcher waits for the other hosts: it exits 130 at once and releases its claim`, async () => {
     const prefix = `claim-interrupt-${process.pid}-${kind}`;
     const a = startNode(store, prefix, 2, 0);
