@@ -3,7 +3,7 @@
  */
 import { WeftError } from '../errors.js';
 import type { WaitOptions } from '../util/deadline.js';
-import { newStats, type CloseOptions, type SetOptions, type Store, type StoreStats } from './store.js';
+import { newStats, type CloseOptions, type SetOptions, type Store, type StoreStats, type WriteOptions } from './store.js';
 import { checkKey, checkKeys } from './stores/shared/arguments.js';
 
 /** A store that can delete every key under a prefix (all weft backends can). */
@@ -83,8 +83,8 @@ export class PrefixStore implements PurgeableStore {
   async wait(keys: string[], options?: WaitOptions): Promise<void> {
     return this.inner.wait(this.ks(keys), options);
   }
-  async add(key: string, delta: number): Promise<number> {
-    return this.inner.add(this.k(key), delta);
+  async add(key: string, delta: number, options?: WriteOptions): Promise<number> {
+    return this.inner.add(this.k(key), delta, options);
   }
   async multiGet(keys: string[], options?: WaitOptions): Promise<Uint8Array[]> {
     return this.inner.multiGet(this.ks(keys), options);
@@ -93,11 +93,11 @@ export class PrefixStore implements PurgeableStore {
     if (!Array.isArray(entries)) throw new WeftError('EINVAL', `PrefixStore('${this.prefix}').multiSet: entries must be an array of [key, value] pairs`);
     return this.inner.multiSet(entries.map((e) => [this.k(e?.[0]), e[1]]), options);
   }
-  async delete(key: string): Promise<boolean> {
-    return this.inner.delete(this.k(key));
+  async delete(key: string, options?: WriteOptions): Promise<boolean> {
+    return this.inner.delete(this.k(key), options);
   }
-  async compareSet(key: string, expected: Uint8Array, desired: Uint8Array): Promise<Uint8Array> {
-    return this.inner.compareSet(this.k(key), expected, desired);
+  async compareSet(key: string, expected: Uint8Array, desired: Uint8Array, options?: WriteOptions): Promise<Uint8Array> {
+    return this.inner.compareSet(this.k(key), expected, desired, options);
   }
 
   /** Deletes the keys under `<prefix>/<sub>` (or this whole namespace when `sub` is empty). */

@@ -67,12 +67,14 @@ function backend(name: Backend['name'], url: string, close: () => Promise<void>)
 }
 
 export async function startBackends(): Promise<Backend[]> {
+  // First: without Redis the suite stops here, before a listening server keeps the process alive.
+  const redis = redisUrl();
   const dir = mkdtempSync(path.join(tmpdir(), 'weft-filestore-'));
   const server = await TcpStoreServer.listen({ log: () => {}, secret: randomBytes(32).toString('hex') });
   process.env.WEFT_STORE_SECRET = server.secret as string;
   delete process.env.WEFT_STORE_SECRET_FILE;
   return [
-    backend('redis', redisUrl(), async () => {}),
+    backend('redis', redis, async () => {}),
     backend('file', pathToFileURL(dir).toString(), async () => rmSync(dir, { recursive: true, force: true })),
     backend('tcp', server.url, () => server.close()),
   ];

@@ -220,6 +220,22 @@ each('connect pattern: 8 ranks publish one blob and multiGet the others; counts 
   for (const s of ranks) await s.close();
 });
 
+each('a write whose AbortSignal has aborted fails with EABORTED and sends nothing; a bad timeoutMs is EINVAL', async (_b, s) => {
+  await s.set('k', enc('v'));
+  await s.set('n', enc('5'));
+  const before = s.stats.commands;
+  const signal = AbortSignal.abort();
+  await rejects(s.set('k', enc('w'), { signal }), 'EABORTED', /set/);
+  await rejects(s.multiSet([['k', enc('w')]], { signal }), 'EABORTED', /multiSet/);
+  await rejects(s.add('n', 1, { signal }), 'EABORTED', /add/);
+  await rejects(s.delete('k', { signal }), 'EABORTED', /delete/);
+  await rejects(s.compareSet('k', enc('v'), enc('w'), { signal }), 'EABORTED', /compareSet/);
+  assert.is(s.stats.commands, before, 'an aborted write reached the backend');
+  await rejects(s.add('n', 1, { timeoutMs: -1 }), 'EINVAL', /timeoutMs/);
+  assert.is(dec(await s.get('k')), 'v');
+  assert.is(await s.add('n', 1, { timeoutMs: 5000, signal: new AbortController().signal }), 6);
+});
+
 each('operations after close fail with ECLOSED', async (b) => {
   const s = await b.open(freshPrefix('closed'));
   await s.close();

@@ -21,7 +21,7 @@ import { PrefixStore } from '../../src/rendezvous/prefix-store.js';
 import { RedisStore } from '../../src/rendezvous/stores/redis/store.js';
 import { openStore } from '../../src/rendezvous/open.js';
 import { FLAG_AUTH, FrameReader, FrameSplitter, FrameWriter, handshakeProof, MAGIC, NONCE_BYTES, Op, ProtocolError, secretKey, Status, VERSION } from '../../src/rendezvous/stores/tcp/protocol.js';
-import { dec, enc, failure, redisUrl } from './backends.js';
+import { dec, enc, failure, redisUrl, runChild } from './backends.js';
 
 
 /** Sends raw bytes; resolves when the server closed the connection (or after 3 s: false). */
@@ -506,6 +506,45 @@ test('openStore serve: rank 0 hosts with WEFT_STORE_SECRET; peers need it', asyn
       await host.close();
     }
   });
+});
+
+test('writes to a server that stopped answering end with their own AbortSignal or timeoutMs, not the store\'s 30 s; an aborted signal sends nothing', async () => {
+  process.env.WEFT_STORE_SECRET = randomBytes(16).toString('hex');
+  const host = runChild('', 'serve');
+  const { url } = await new Promise<{ url: string }>((r) => host.child.once('message', (m) => r(m as { url: string })));
+  const store = await TcpStore.connect(url, { timeoutMs: 10_000 });
+  try {
+    await store.set('k', enc('v'));
+    // Aborted already: nothing goes out.
+    const before = store.stats.commands;
+    for (const write of [
+      () => store.set('k', enc('w'), { signal: AbortSignal.abort() }),
+      () => store.multiSet([['k', enc('w')]], { signal: AbortSignal.abort() }),
+      () => store.add('n', 1, { signal: AbortSignal.abort() }),
+      () => store.delete('k', { signal: AbortSignal.abort() }),
+      () => store.compareSet('k', enc('v'), enc('w'), { signal: AbortSignal.abort() }),
+    ]) assert.is((await failure(write())).code, 'EABORTED');
+    assert.is(store.stats.commands, before, 'an aborted write was sent');
+    assert.is(dec(await store.get('k')), 'v');
+    // The server stops answering (SIGSTOP): each write ends with its own bound.
+    process.kill(host.child.pid!, 'SIGSTOP');
+    const ac = new AbortController();
+    const t0 = performance.now();
+    setTimeout(() => ac.abort(), 200);
+    const aborted = store.add('n', 1, { signal: ac.signal }).catch((e: WeftError) => e);
+    const timed = store.compareSet('k', enc('v'), enc('w'), { timeoutMs: 300 }).catch((e: WeftError) => e);
+    const [a, t] = await Promise.all([aborted, timed]);
+    assert.is((a as WeftError).code, 'EABORTED', String(a));
+    assert.match((a as WeftError).message, /add\('n'\) aborted by the caller's AbortSignal/);
+    assert.is((t as WeftError).code, 'ETIMEDOUT', String(t));
+    assert.match((t as WeftError).message, /compareSet\('k'\): the store server did not answer within 300 ms/);
+    assert.ok(performance.now() - t0 < 5000, `the writes took ${performance.now() - t0} ms`);
+  } finally {
+    process.kill(host.child.pid!, 'SIGCONT');
+    host.child.kill('SIGKILL');
+    await host;
+    await store.close();
+  }
 });
 
 test.run();

@@ -4,13 +4,20 @@
  *   add <key> <times>            adds 1 to the counter <times> times
  *   set <key> <value> <delayMs>  sets the key after a delay
  *   get <key> <timeoutMs>        waits for the key and sends its value as a string
+ *   serve                        hosts a TcpStoreServer on loopback (secret: WEFT_STORE_SECRET),
+ *                                sends its url and serves until killed (the url argument is unused)
  */
 import { openStore } from '../../../src/rendezvous/open.js';
+import { TcpStoreServer } from '../../../src/rendezvous/stores/tcp/server.js';
 
 const [url, op, ...args] = process.argv.slice(2);
 const send = (m: unknown) => new Promise<void>((r) => (process.send ? process.send(m, () => r()) : r()));
 
-try {
+if (op === 'serve') {
+  const server = await TcpStoreServer.listen({ log: () => {}, secret: process.env.WEFT_STORE_SECRET });
+  await send({ url: server.url });
+  setInterval(() => {}, 1 << 30);
+} else try {
   const store = await openStore(url, { timeoutMs: 20_000 });
   if (op === 'add') {
     let last = 0;

@@ -101,6 +101,7 @@ export async function withLock<T>(path: string, deadline: Deadline, what: string
   let spins = 0;
   for (;;) {
     if (await create(path)) break;
+    if (deadline.signal?.aborted) deadline.check(what);
     if (deadline.remaining() <= 0) throw new WeftError('ETIMEDOUT', `${what}: the lock file ${path} stayed held for ${Math.round(deadline.timeoutMs)} ms; if no process of the job is alive, delete it`);
     if (++spins === 1 || spins % 64 === 0) {
       const seen = await staleLock(path, staleMs);

@@ -10,7 +10,7 @@ import { WeftError } from '../../../errors.js';
 import { Deadline, defaultTimeoutMs, type WaitOptions } from '../../../util/deadline.js';
 import { withLock } from './lock.js';
 import { prepareDirectory } from './directory.js';
-import { newStats, type CloseOptions, type SetOptions, type Store, type StoreStats } from '../../store.js';
+import { newStats, writeDeadline, type CloseOptions, type SetOptions, type Store, type StoreStats, type WriteOptions } from '../../store.js';
 import { checkDelta, checkKey, checkKeys, checkValue } from '../shared/arguments.js';
 import { encodeCounter, existsError, sameBytes } from '../shared/values.js';
 import { waitForKeys } from '../shared/wait-for-keys.js';
@@ -72,6 +72,7 @@ export class FileStore implements Store {
   async set(key: string, value: Uint8Array, options: SetOptions = {}): Promise<void> {
     this.check('set', key);
     checkValue('FileStore.set', key, value);
+    writeDeadline(`FileStore ${this.dir}: set('${key}')`, options, this.opTimeoutMs);
     await this.write('set', key, value, options.once ?? false);
   }
 
@@ -82,6 +83,7 @@ export class FileStore implements Store {
       this.check('multiSet', e?.[0]);
       checkValue('FileStore.multiSet', e[0], e[1]);
     }
+    writeDeadline(`FileStore ${this.dir}: multiSet`, options, this.opTimeoutMs);
     const done: string[] = [];
     try {
       for (const [k, v] of entries) {
@@ -118,10 +120,10 @@ export class FileStore implements Store {
     await this.waitFor('wait', keys, options, async (k) => (await this.read(k, false)) !== undefined);
   }
 
-  async add(key: string, delta: number): Promise<number> {
+  async add(key: string, delta: number, options: WriteOptions = {}): Promise<number> {
     this.check('add', key);
     checkDelta('FileStore.add', key, delta);
-    return this.locked('add', key, async () => {
+    return this.locked('add', key, options, async () => {
       const cur = await this.read(key);
       const text = cur ? Buffer.from(cur).toString() : '0';
       if (!/^-?\d+$/.test(text)) throw new WeftError('EINVAL', `FileStore ${this.dir}: add('${key}'): the key holds a value that is not a counter`);
@@ -131,8 +133,9 @@ export class FileStore implements Store {
     });
   }
 
-  async delete(key: string): Promise<boolean> {
+  async delete(key: string, options: WriteOptions = {}): Promise<boolean> {
     this.check('delete', key);
+    writeDeadline(`FileStore ${this.dir}: delete('${key}')`, options, this.opTimeoutMs);
     this.count(1);
     try {
       await unlink(this.file(key));
@@ -143,11 +146,11 @@ export class FileStore implements Store {
     }
   }
 
-  async compareSet(key: string, expected: Uint8Array, desired: Uint8Array): Promise<Uint8Array> {
+  async compareSet(key: string, expected: Uint8Array, desired: Uint8Array, options: WriteOptions = {}): Promise<Uint8Array> {
     this.check('compareSet', key);
     checkValue('FileStore.compareSet', key, expected);
     checkValue('FileStore.compareSet', key, desired);
-    return this.locked('compareSet', key, async () => {
+    return this.locked('compareSet', key, options, async () => {
       const cur = await this.read(key);
       const matches = cur === undefined ? expected.byteLength === 0 : sameBytes(cur, expected);
       if (!matches) return cur ?? new Uint8Array(0);
@@ -244,9 +247,11 @@ export class FileStore implements Store {
     }
   }
 
-  private locked<T>(op: string, key: string, fn: () => Promise<T>): Promise<T> {
+  /** Runs `fn` holding the key's lock file; waiting for it is bounded by the write's options. */
+  private locked<T>(op: string, key: string, options: WriteOptions, fn: () => Promise<T>): Promise<T> {
     const lock = path.join(this.dir, `l.${this.name(key).slice(2)}`);
-    return withLock(lock, new Deadline(this.opTimeoutMs), `FileStore ${this.dir}: ${op}('${key}')`, this.staleLockMs, fn);
+    const what = `FileStore ${this.dir}: ${op}('${key}')`;
+    return withLock(lock, writeDeadline(what, options, this.opTimeoutMs), what, this.staleLockMs, fn);
   }
 
   private waitFor(op: string, keys: string[], options: WaitOptions | undefined, exists: (key: string) => Promise<boolean>): Promise<void> {

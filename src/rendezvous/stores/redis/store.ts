@@ -6,7 +6,7 @@ import { WeftError } from '../../../errors.js';
 import { Deadline, defaultTimeoutMs, type WaitOptions } from '../../../util/deadline.js';
 import { ADD, ALL_SCRIPTS, CAS, MISSING, MSET, type RedisScript } from './scripts.js';
 import { RedisNotifier } from './notifier.js';
-import { newStats, type CloseOptions, type SetOptions, type Store, type StoreStats } from '../../store.js';
+import { newStats, writeDeadline, type CloseOptions, type SetOptions, type Store, type StoreStats, type WriteOptions } from '../../store.js';
 import { checkDelta, checkKey, checkKeys, checkValue } from '../shared/arguments.js';
 import { existsError } from '../shared/values.js';
 import { listKeys, waitForKeys, withDeadline } from '../shared/wait-for-keys.js';
@@ -158,7 +158,7 @@ export class RedisStore implements Store {
   async set(key: string, value: Uint8Array, options: SetOptions = {}): Promise<void> {
     checkKey(`RedisStore.set`, key);
     checkValue('RedisStore.set', key, value);
-    await this.writeMany('set', [[key, value]], options.once ?? false);
+    await this.writeMany('set', [[key, value]], options);
   }
 
   async multiSet(entries: [string, Uint8Array][], options: SetOptions = {}): Promise<void> {
@@ -167,7 +167,7 @@ export class RedisStore implements Store {
       checkKey('RedisStore.multiSet', e?.[0]);
       checkValue('RedisStore.multiSet', e[0], e[1]);
     }
-    if (entries.length) await this.writeMany('multiSet', entries, options.once ?? false);
+    if (entries.length) await this.writeMany('multiSet', entries, options);
   }
 
   async get(key: string, options?: WaitOptions): Promise<Uint8Array> {
@@ -197,25 +197,25 @@ export class RedisStore implements Store {
     });
   }
 
-  async add(key: string, delta: number): Promise<number> {
+  async add(key: string, delta: number, options: WriteOptions = {}): Promise<number> {
     checkKey('RedisStore.add', key);
     checkDelta('RedisStore.add', key, delta);
-    const deadline = new Deadline(this.opTimeoutMs);
+    const deadline = this.writeDeadline(options, `add('${key}')`);
     // Not idempotent: if the connection drops while it is in flight we say so rather than retry.
     return Number(await this.script(`add('${key}')`, deadline, ADD, [key], [String(delta), this.ttl, this.channelPrefix], false));
   }
 
-  async delete(key: string): Promise<boolean> {
+  async delete(key: string, options: WriteOptions = {}): Promise<boolean> {
     checkKey('RedisStore.delete', key);
-    const n = await this.exec(`delete('${key}')`, new Deadline(this.opTimeoutMs), true, () => this.client.unlink(key));
+    const n = await this.exec(`delete('${key}')`, this.writeDeadline(options, `delete('${key}')`), true, () => this.client.unlink(key));
     return n > 0;
   }
 
-  async compareSet(key: string, expected: Uint8Array, desired: Uint8Array): Promise<Uint8Array> {
+  async compareSet(key: string, expected: Uint8Array, desired: Uint8Array, options: WriteOptions = {}): Promise<Uint8Array> {
     checkKey('RedisStore.compareSet', key);
     checkValue('RedisStore.compareSet', key, expected);
     checkValue('RedisStore.compareSet', key, desired);
-    const out = await this.script(`compareSet('${key}')`, new Deadline(this.opTimeoutMs), CAS, [key], [Buffer.from(expected), Buffer.from(desired), this.ttl, this.channelPrefix]);
+    const out = await this.script(`compareSet('${key}')`, this.writeDeadline(options, `compareSet('${key}')`), CAS, [key], [Buffer.from(expected), Buffer.from(desired), this.ttl, this.channelPrefix]);
     return new Uint8Array(out as Buffer);
   }
 
@@ -254,12 +254,18 @@ export class RedisStore implements Store {
 
   // ---------------------------------------------------------------- internals
 
-  private async writeMany(op: string, entries: [string, Uint8Array][], once: boolean): Promise<void> {
+  /** A write's bound: its own timeoutMs (else the store's operation timeout) and signal. */
+  private writeDeadline(options: WriteOptions, what: string): Deadline {
+    return writeDeadline(`RedisStore ${this.url}: ${what}`, options, this.opTimeoutMs);
+  }
+
+  private async writeMany(op: string, entries: [string, Uint8Array][], options: SetOptions): Promise<void> {
+    const once = options.once ?? false;
     const keys = entries.map(([k]) => k);
     const what = `${op}(${listKeys(keys, 3)}${once ? ', once' : ''})`;
     const args = [this.ttl, once ? '1' : '0', this.channelPrefix, ...entries.map(([, v]) => Buffer.from(v))];
     let attempt = 0;
-    const out = (await this.script(what, new Deadline(this.opTimeoutMs), MSET, keys, args, true, () => attempt++)) as [number, Buffer?];
+    const out = (await this.script(what, this.writeDeadline(options, what), MSET, keys, args, true, () => attempt++)) as [number, Buffer?];
     if (out[0] === 0) return;
     const [key, value] = entries[out[0] - 1];
     const existing = new Uint8Array(out[1] as Buffer);

@@ -5,7 +5,7 @@ import { randomBytes, type KeyObject } from 'node:crypto';
 import { connect as netConnect, type Socket } from 'node:net';
 import { WeftError } from '../../../errors.js';
 import { Deadline, defaultTimeoutMs, timerMs, type WaitOptions } from '../../../util/deadline.js';
-import { newStats, type CloseOptions, type SetOptions, type Store, type StoreStats } from '../../store.js';
+import { newStats, writeDeadline, type CloseOptions, type SetOptions, type Store, type StoreStats, type WriteOptions } from '../../store.js';
 import { checkDelta, checkKey, checkKeys, checkValue } from '../shared/arguments.js';
 import { existsError } from '../shared/values.js';
 import { listKeys, sleep, waitError } from '../shared/wait-for-keys.js';
@@ -151,24 +151,24 @@ export class TcpStore implements Store {
     if (keys.length) await this.held('wait', Op.WAIT, keys, options);
   }
 
-  async add(key: string, delta: number): Promise<number> {
+  async add(key: string, delta: number, options: WriteOptions = {}): Promise<number> {
     checkKey('TcpStore.add', key);
     checkDelta('TcpStore.add', key, delta);
-    const r = await this.call(`add('${key}')`, new Deadline(this.opTimeoutMs), (f) => f(Op.ADD).str(key).i64(BigInt(delta)));
+    const r = await this.call(`add('${key}')`, this.writeDeadline(options, `add('${key}')`), (f) => f(Op.ADD).str(key).i64(BigInt(delta)));
     return Number(this.ok(`add('${key}')`, r).i64());
   }
 
-  async delete(key: string): Promise<boolean> {
+  async delete(key: string, options: WriteOptions = {}): Promise<boolean> {
     checkKey('TcpStore.delete', key);
-    const r = await this.call(`delete('${key}')`, new Deadline(this.opTimeoutMs), (f) => f(Op.DELETE).str(key));
+    const r = await this.call(`delete('${key}')`, this.writeDeadline(options, `delete('${key}')`), (f) => f(Op.DELETE).str(key));
     return this.ok(`delete('${key}')`, r).u8() === 1;
   }
 
-  async compareSet(key: string, expected: Uint8Array, desired: Uint8Array): Promise<Uint8Array> {
+  async compareSet(key: string, expected: Uint8Array, desired: Uint8Array, options: WriteOptions = {}): Promise<Uint8Array> {
     checkKey('TcpStore.compareSet', key);
     checkValue('TcpStore.compareSet', key, expected);
     checkValue('TcpStore.compareSet', key, desired);
-    const r = await this.call(`compareSet('${key}')`, new Deadline(this.opTimeoutMs), (f) => f(Op.CAS).str(key).bytes(expected).bytes(desired));
+    const r = await this.call(`compareSet('${key}')`, this.writeDeadline(options, `compareSet('${key}')`), (f) => f(Op.CAS).str(key).bytes(expected).bytes(desired));
     return this.ok(`compareSet('${key}')`, r).bytes();
   }
 
@@ -190,10 +190,15 @@ export class TcpStore implements Store {
 
   // ---------------------------------------------------------------- internals
 
+  /** A write's bound: its own timeoutMs (else the store's operation timeout) and signal. */
+  private writeDeadline(options: WriteOptions, what: string): Deadline {
+    return writeDeadline(`TcpStore ${this.url}: ${what}`, options, this.opTimeoutMs);
+  }
+
   private async multiSetChecked(op: string, entries: [string, Uint8Array][], options: SetOptions): Promise<void> {
     const flags = options.once ? FLAG_ONCE : 0;
     const what = `${op}(${listKeys(entries.map(([k]) => k), 3)})`;
-    const r = await this.call(what, new Deadline(this.opTimeoutMs), (f) => {
+    const r = await this.call(what, this.writeDeadline(options, what), (f) => {
       if (op === 'set') return f(Op.SET).u8(flags).str(entries[0][0]).bytes(entries[0][1]);
       const w = f(Op.MSET).u8(flags).u32(entries.length);
       for (const [k, v] of entries) w.str(k).bytes(v);
