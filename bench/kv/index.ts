@@ -278,6 +278,7 @@ export async function runKv(o: KvOptions): Promise<number> {
     rows.push(row);
     if (o.json) console.log(JSON.stringify(row));
   };
+  // The warm-up goes past --warmup until steady: about a second more, typically.
   const perBackend = o.warmup + 1 + o.runs * o.duration + 2;
   let failed = 0;
   for (const backend of o.backends) {

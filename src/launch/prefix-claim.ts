@@ -246,8 +246,7 @@ export class PrefixClaim {
         }
         if (layout.error) throw new WeftError('EINVAL', `weft run: node ${o.nodeRank}: ${layout.error}`);
         if (layout.ranks.length !== o.nnodes) throw new WeftError('EPROTO', `weft run: node ${o.nodeRank}: the job's layout in the store is malformed; use a fresh --prefix`);
-        const start = await this.claims.get('start', { timeoutMs: 0 }).then(decodeText, () => '');
-        if (start === layout.instance) return layout;
+        if ((await this.started()) === layout.instance) return layout;
       } else if (layout && !layout.error && layout.ranks.length !== o.nnodes) {
         await this.refuseRunningJob(layout, o);
       }
@@ -266,11 +265,15 @@ export class PrefixClaim {
    * layout left by a job that ended is not one; the next job's node 0 replaces it).
    */
   private async refuseRunningJob(layout: Layout, o: { nnodes: number; nodeRank: number }): Promise<void> {
-    const start = await this.claims.get('start', { timeoutMs: 0 }).then(decodeText, () => '');
-    if (start !== layout.instance) return;
+    if ((await this.started()) !== layout.instance) return;
     const leader = await this.readEntry(0);
     if (!leader || leader.nonce !== layout.nonces[0]) return;
     throw new WeftError('EINVAL', `weft run: node ${o.nodeRank}: node 0 (${leader.host}, pid ${leader.pid}) runs \`${leader.script}\` with --nnodes ${layout.ranks.length} on this prefix, started without this launcher (--nnodes ${o.nnodes}): two jobs on one prefix, or launchers started with different --nnodes; give each job its own --prefix, and every launcher of a job the same --nnodes`);
+  }
+
+  /** The instance of the layout node 0 started ('' before any). */
+  private async started(): Promise<string> {
+    return this.claims.get('start', { timeoutMs: 0 }).then(decodeText, () => '');
   }
 
   private async readEntry(n: number): Promise<JoinEntry | undefined> {

@@ -196,10 +196,9 @@ for (const [store, cleanup] of all) {
     const a1 = startNode(store, prefix, 2, 1, '-1', 'hang');
     try {
       await waitForRanks(a0, store, prefix);
-      const t0 = performance.now();
+      // Waiting out the join timeout instead would end with node 0 "did not start the job".
       const b = startNode(store, prefix, 3, 2);
       assert.is.not(await b.exit, 0, b.out());
-      assert.ok(performance.now() - t0 < 10_000, `it waited out the join timeout:\n${b.out()}`);
       assert.match(b.out(), new RegExp(`node 2: node 0 \\(.*, pid \\d+\\) runs .* with --nnodes 2 on this prefix, started without this launcher \\(--nnodes 3\\)`), b.out());
       assert.not.match(b.out(), /\[rank \d\]/, 'ranks started');
     } finally {

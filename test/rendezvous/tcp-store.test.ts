@@ -529,7 +529,6 @@ test('writes to a server that stopped answering end with their own AbortSignal o
     // The server stops answering (SIGSTOP): each write ends with its own bound.
     process.kill(host.child.pid!, 'SIGSTOP');
     const ac = new AbortController();
-    const t0 = performance.now();
     setTimeout(() => ac.abort(), 200);
     const aborted = store.add('n', 1, { signal: ac.signal }).catch((e: WeftError) => e);
     const timed = store.compareSet('k', enc('v'), enc('w'), { timeoutMs: 300 }).catch((e: WeftError) => e);
@@ -538,7 +537,6 @@ test('writes to a server that stopped answering end with their own AbortSignal o
     assert.match((a as WeftError).message, /add\('n'\) aborted by the caller's AbortSignal/);
     assert.is((t as WeftError).code, 'ETIMEDOUT', String(t));
     assert.match((t as WeftError).message, /compareSet\('k'\): the store server did not answer within 300 ms/);
-    assert.ok(performance.now() - t0 < 5000, `the writes took ${performance.now() - t0} ms`);
   } finally {
     process.kill(host.child.pid!, 'SIGCONT');
     host.child.kill('SIGKILL');

@@ -72,6 +72,7 @@ export class FileStore implements Store {
   async set(key: string, value: Uint8Array, options: SetOptions = {}): Promise<void> {
     this.check('set', key);
     checkValue('FileStore.set', key, value);
+    // A local write does not wait: the options are checked (bad timeoutMs, aborted signal) only.
     writeDeadline(`FileStore ${this.dir}: set('${key}')`, options, this.opTimeoutMs);
     await this.write('set', key, value, options.once ?? false);
   }
