@@ -52,6 +52,7 @@ export interface KvOptions extends KvShape {
   ringBytes: number;
   timeoutMs: number;
   bind: boolean;
+  provider: 'auto' | 'ofi';
 }
 
 const int = integerAtLeast;
@@ -124,6 +125,7 @@ export function kvCommand(): Command {
     .option('--ring-bytes <n>', 'copyrpc ring bytes per endpoint', int(1024), 1 << 18)
     .option('--timeout-ms <ms>', 'bound of set-up, drain and every barrier', int(1000), 60_000)
     .option('--no-bind', 'do not pin ranks to cores (WEFT_BIND=none)')
+    .addOption(new Option('--provider <p>', "copyrpc between ranks: 'auto' (shared memory inside a host, libfabric between hosts) or 'ofi' (libfabric between every pair of ranks, also on one host: the cost of the fabric path without a second host; also WEFT_PROVIDER=ofi)").choices(['auto', 'ofi']).default(process.env.WEFT_PROVIDER === 'ofi' ? 'ofi' : 'auto'))
     .action(async (o: KvOptions, cmd: Command) => {
       if (o.quick) {
         for (const [k, v] of Object.entries({ duration: 1, runs: 1, warmup: 0.3, epochs: 3 })) {
@@ -167,7 +169,7 @@ function runBackend(o: KvOptions, backend: Backend, onLine: (line: string) => vo
     verify: o.verify,
     pollController: o.pollController,
     ringBytes: o.ringBytes,
-    provider: 'shm',
+    provider: o.provider === 'ofi' ? 'ofi' : 'shm',
     patternLength: 1 << 16,
     timeoutMs: o.timeoutMs,
     duration: o.duration,
@@ -217,6 +219,7 @@ function rowOf(o: KvOptions, r: RankResult): KvRow {
     system: r.backend,
     ranks: r.ranks,
     hosts: r.hosts,
+    fabric: r.fabric,
     daemons: o.daemons,
     clients: o.clients,
     qd: o.qd,
@@ -250,12 +253,14 @@ function rowOf(o: KvOptions, r: RankResult): KvRow {
 function peerRow(o: KvOptions, system: string, mops: number, p50: number, p99: number, note?: string): KvRow {
   const ranks = o.ranks * o.nnodes;
   return {
-    bench: 'kv', system, ranks, hosts: 1, daemons: o.daemons, clients: o.clients, qd: o.qd, read_ratio: o.readRatio,
+    bench: 'kv', system, ranks, hosts: 1, fabric: 'tcp (loopback)', daemons: o.daemons, clients: o.clients, qd: o.qd, read_ratio: o.readRatio,
     distribution: describeDistribution(o.distribution), locality: null, poll_controller: null, poll_setting_avg: null, mops, mops_runs: [mops], mops_per_rank: mops / ranks,
     per_rank_mops: [], p50_us: p50, p90_us: null, p99_us: p99, p999_us: null, outstanding_avg: null, cqe_batch_avg: null, cqe_hist: null,
     loops_per_s_per_daemon: null, local_share: null, mismatches: null, threads_per_host: null, cores: cpus().length, oversubscribed: null, warmup_s: o.warmup, warmup_steady: null, ...(note ? { note } : {}),
   };
 }
+
+const FABRIC_WORDS = "shm: shared memory; ofi: libfabric; shm+ofi: shared memory inside a host, libfabric between hosts";
 
 /** Progress on a terminal: which configuration runs and for how long. */
 function progress(label: string, expectS: number): () => void {
@@ -340,6 +345,8 @@ export async function runKv(o: KvOptions): Promise<number> {
 
   if (!o.json) {
     console.log(formatTable(rows));
+    const fabrics = [...new Set(rows.filter((r) => r.system !== 'redis' && r.system !== 'redis-benchmark').map((r) => r.fabric))];
+    if (fabrics.length) console.log(`copyrpc between ranks over ${fabrics.join(', ')} (${FABRIC_WORDS})`);
     const over = rows.find((r) => r.oversubscribed);
     if (over) console.log(`note: ${over.threads_per_host} busy threads per host on ${over.cores} cores (oversubscribed): idle passes yield the core at once instead of spinning`);
     const warm = rows.filter((r) => r.warmup_steady !== null);

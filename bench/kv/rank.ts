@@ -35,7 +35,8 @@ const cfg: KvConfig = {
   ranks,
   job: process.env.WEFT_JOB ?? 'weft',
   oversubscribed: threadsHere > cores,
-  provider: spans ? 'shm+ofi' : plan.provider,
+  // 'ofi' (--provider ofi) puts every pair on the fabric, one host or several.
+  provider: plan.provider === 'ofi' ? 'ofi' : spans ? 'shm+ofi' : 'shm',
   ...(spans || plan.provider !== 'shm' ? { bindAddress: ctx.hosts.ranks[rank].address || undefined } : {}),
 };
 
@@ -269,6 +270,7 @@ try {
       backend: cfg.backend,
       ranks,
       hosts: ctx.hosts.hostIds.length,
+      fabric: cfg.provider,
       runsMops: Array.from(sums.subarray(0, R)),
       perRankMops: Array.from(perRank),
       p50_us: quantile(hist, 0.5) / 1000,

@@ -10,6 +10,8 @@ export interface KvRow {
   system: string;
   ranks: number;
   hosts: number;
+  /** What copyrpc between ranks ran over: 'shm', 'ofi', 'shm+ofi'; the Redis peers: TCP over loopback. */
+  fabric: string;
   daemons: number;
   clients: number;
   qd: number;
@@ -84,7 +86,7 @@ export function formatTable(rows: KvRow[]): string {
   return table(head, body);
 }
 
-const CSV_COLUMNS: (keyof KvRow)[] = ['system', 'ranks', 'hosts', 'daemons', 'clients', 'qd', 'read_ratio', 'distribution', 'locality', 'poll_controller', 'poll_setting_avg', 'mops', 'mops_per_rank', 'p50_us', 'p90_us', 'p99_us', 'p999_us', 'outstanding_avg', 'cqe_batch_avg', 'loops_per_s_per_daemon', 'local_share', 'mismatches', 'threads_per_host', 'cores', 'oversubscribed', 'warmup_s', 'warmup_steady'];
+const CSV_COLUMNS: (keyof KvRow)[] = ['system', 'ranks', 'hosts', 'fabric', 'daemons', 'clients', 'qd', 'read_ratio', 'distribution', 'locality', 'poll_controller', 'poll_setting_avg', 'mops', 'mops_per_rank', 'p50_us', 'p90_us', 'p99_us', 'p999_us', 'outstanding_avg', 'cqe_batch_avg', 'loops_per_s_per_daemon', 'local_share', 'mismatches', 'threads_per_host', 'cores', 'oversubscribed', 'warmup_s', 'warmup_steady'];
 
 export function toCsv(rows: KvRow[]): string {
   const cell = (v: unknown) => (v === null || v === undefined ? '' : typeof v === 'string' && /[",\n]/.test(v) ? `"${v.replace(/"/g, '""')}"` : String(v));

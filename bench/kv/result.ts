@@ -14,6 +14,8 @@ export interface RankResult {
   backend: string;
   ranks: number;
   hosts: number;
+  /** What copyrpc between ranks ran over: 'shm', 'ofi' or 'shm+ofi' (shm inside a host, ofi between). */
+  fabric: string;
   runsMops: number[];
   perRankMops: number[];
   p50_us: number;

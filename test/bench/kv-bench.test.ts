@@ -13,6 +13,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const BENCH = fileURLToPath(new URL('../../bench/kv/index.js', import.meta.url));
+const hasOfi = (await import('../../src/native/binding.js')).native.ofi.available;
 const hasRedis = spawnSync('sh', ['-c', 'command -v redis-server']).status === 0;
 
 function bench(args: string[], env: Record<string, string> = {}, timeoutMs = 240_000): Promise<{ code: number | null; out: string; err: string }> {
@@ -45,6 +46,7 @@ test('every backend, 2 ranks x 2 daemons x 2 clients, QD 4, --verify clean, Redi
     for (const k of ['bench', 'system', 'ranks', 'hosts', 'daemons', 'clients', 'qd', 'read_ratio', 'distribution', 'mops', 'mops_per_rank', 'p50_us', 'p99_us', 'outstanding_avg', 'cqe_batch_avg']) assert.ok(k in x, `${x.system}: no ${k}`);
     assert.is(x.bench, 'kv');
     assert.is(x.ranks, 2);
+    assert.is(x.fabric, 'shm', 'one host: copyrpc over shared memory');
     assert.is(x.mismatches, 0);
     assert.ok(x.mops > 0, `${x.system}: ${x.mops} Mops`);
     assert.ok(x.p50_us > 0 && x.p99_us >= x.p50_us, `${x.system}: p50 ${x.p50_us} p99 ${x.p99_us}`);
@@ -93,12 +95,14 @@ test('Ctrl-C stops the run: exit 130, no rank left running, no segment left', as
 test('the poll controllers run in the daemon loops: --verify clean, the row names the controller and its setting', async () => {
   // Each controller in one backend's loops, the two backends taking turns (both for each with
   // WEFT_SOAK=1), half-second runs: each bench run costs 3-4 s of npm test's 15 minutes (most
-  // of it starting the ranks), and a second backend 3 more.
+  // of it starting the ranks), and a second backend 3 more. One case runs copyrpc over
+  // libfabric between the two ranks (--provider ofi), where the controllers see fabric CQs.
   const soak = process.env.WEFT_SOAK === '1';
+  const ofi = hasOfi ? ['--provider', 'ofi'] : [];
   for (const [args, spec, backends] of [
     [['--poll-budget', '8'], 'fixed:8', 'delegation'],
     [['--poll-controller', 'adaptive'], 'adaptive', 'meta'],
-    [['--poll-controller', 'min-batch'], 'min-batch', 'delegation'],
+    [['--poll-controller', 'min-batch', ...ofi], 'min-batch', 'delegation'],
     [['--poll-controller', 'batch-hold'], 'batch-hold', 'meta'],
   ] as [string[], string, string][]) {
     const r = await bench(['--quick', '--duration', soak ? '1' : '0.5', '--verify', '--backends', soak ? 'delegation,meta' : backends, '--peers', 'none', ...args]);
@@ -107,6 +111,7 @@ test('the poll controllers run in the daemon loops: --verify clean, the row name
     assert.is(rs.length, soak ? 2 : 1);
     for (const x of rs) {
       assert.is(x.poll_controller, spec, x.system);
+      assert.is(x.fabric, args.includes('ofi') ? 'ofi' : 'shm', `${spec} ${x.system}`);
       assert.is(x.mismatches, 0, `${spec} ${x.system}`);
       assert.type(x.poll_setting_avg, 'number');
       if (spec === 'fixed:8') assert.is(x.poll_setting_avg, 7, 'fixed:8 = up to 7 extra polls');
@@ -126,6 +131,7 @@ test('bad options are refused with a message', async () => {
     [['--nnodes', '2', '--peers', 'none'], /several hosts need --store/],
     [['--poll-controller', 'bogus'], /none \| fixed:N \| adaptive \| min-batch \| batch-hold/],
     [['--poll-budget', '8', '--poll-controller', 'adaptive'], /disagree/],
+    [['--provider', 'verbs'], /--provider.*auto, ofi/s],
   ] as [string[], RegExp][]) {
     const r = await bench(args);
     assert.is.not(r.code, 0, args.join(' '));

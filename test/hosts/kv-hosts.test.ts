@@ -54,6 +54,7 @@ if (why) {
     for (const r of rows) {
       assert.is(r.hosts, 2);
       assert.is(r.ranks, 4);
+      assert.is(r.fabric, 'shm+ofi', 'shared memory inside a host, libfabric between hosts');
       assert.is(r.mismatches, 0);
       assert.ok(r.mops > 0);
     }
