@@ -10,6 +10,7 @@
 #include "addon.h"
 #include "fabric_library.h"
 #include "fd_relay.h"
+#include "v8_bridge.h"
 
 #include <poll.h>
 #include <sys/random.h>
@@ -64,15 +65,19 @@ struct Mr {
   char* base = nullptr;
   size_t len = 0;
   void* desc = nullptr;
-  napi_ref ref = nullptr;  // keeps the JS memory alive while registered
+  napi_ref ref = nullptr;  // keeps the JS object alive while registered
+  // Keeps the memory alive while registered even when its buffer is detached (transferred to
+  // a worker or cloned away) and that new owner is collected: the provider and peers go on
+  // writing there until deregMr.
+  std::shared_ptr<v8::BackingStore> store;
 };
 
 std::string Err(const char* what, int rc) {
   return std::string(what) + ": " + fab::strerror(rc < 0 ? -rc : rc) + " (" + std::to_string(rc) + ")";
 }
 
-// Resolves an ArrayBuffer or ArrayBufferView to its bytes.
-bool BytesOf(napi_env env, napi_value v, char** data, size_t* len) {
+// Resolves an ArrayBuffer or ArrayBufferView to its bytes (and, when asked, the buffer).
+bool BytesOf(napi_env env, napi_value v, char** data, size_t* len, napi_value* buffer = nullptr) {
   bool is = false;
   napi_is_typedarray(env, v, &is);
   if (is) {
@@ -85,6 +90,7 @@ bool BytesOf(napi_env env, napi_value v, char** data, size_t* len) {
     static const size_t widths[] = {1, 1, 1, 2, 2, 4, 4, 4, 8, 8, 8};
     *data = static_cast<char*>(p);
     *len = length * (type <= napi_biguint64_array ? widths[type] : 1);
+    if (buffer) *buffer = ab;
     return true;
   }
   napi_is_dataview(env, v, &is);
@@ -94,6 +100,7 @@ bool BytesOf(napi_env env, napi_value v, char** data, size_t* len) {
     size_t off;
     napi_get_dataview_info(env, v, len, &p, &ab, &off);
     *data = static_cast<char*>(p);
+    if (buffer) *buffer = ab;
     return true;
   }
   napi_is_arraybuffer(env, v, &is);
@@ -101,6 +108,7 @@ bool BytesOf(napi_env env, napi_value v, char** data, size_t* len) {
     void* p;
     napi_get_arraybuffer_info(env, v, &p, len);
     *data = static_cast<char*>(p);
+    if (buffer) *buffer = v;
     return true;
   }
   return false;
@@ -337,7 +345,8 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
     if (!IsOpen(env)) return env.Undefined();
     char* data;
     size_t len;
-    if (info.Length() < 1 || !BytesOf(env, info[0], &data, &len) || len == 0) {
+    napi_value buffer = nullptr;
+    if (info.Length() < 1 || !BytesOf(env, info[0], &data, &len, &buffer) || len == 0) {
       return Fail(env, "EINVAL", "regMr(view: ArrayBuffer | ArrayBufferView of at least 1 byte, requestedKey?: bigint)");
     }
     uint64_t requested = 0;
@@ -362,6 +371,7 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
     m.base = data;
     m.len = len;
     m.desc = fi_mr_desc(m.mr);
+    m.store = BackingStoreOf(buffer);
     napi_create_reference(env, info[0], 1, &m.ref);
     uint32_t handle;
     if (!freeMrs_.empty()) {

@@ -16,9 +16,8 @@
 #include <string>
 #include <vector>
 
-#include <v8.h>
-
 #include "addon.h"
+#include "v8_bridge.h"
 
 namespace weft {
 namespace {
@@ -32,15 +31,6 @@ void Unmap(void* data, size_t length, void* deleter_data) {
   Mapping* m = static_cast<Mapping*>(deleter_data);
   if (m->addr != nullptr && m->addr != MAP_FAILED) munmap(m->addr, m->len);
   delete m;
-}
-
-// The one place weft crosses from Node-API into V8: napi_value is a v8::Local<v8::Value> by
-// layout (Node's own js_native_api_v8 does the same reinterpretation).
-napi_value ToNapi(v8::Local<v8::Value> local) {
-  napi_value out;
-  static_assert(sizeof(out) == sizeof(local), "napi_value layout");
-  std::memcpy(&out, &local, sizeof(out));
-  return out;
 }
 
 Napi::Value WrapMapping(Napi::Env env, void* addr, size_t len) {

@@ -16,6 +16,8 @@ import { prng, randomPool } from '../../harness/data.js';
 import { keepFabricMoving } from '../../src/rendezvous/full-mesh.js';
 import { readFile } from 'node:fs/promises';
 import { createServer, connect } from 'node:net';
+import v8 from 'node:v8';
+import vm from 'node:vm';
 
 const HELPER = path.join(path.dirname(fileURLToPath(import.meta.url)), 'workers', 'ofi-peer.js');
 const hex = (b: Uint8Array) => Buffer.from(b).toString('hex');
@@ -181,6 +183,45 @@ api('malformed address and descriptor bytes are EPROTO; waits time out and abort
       const ac = new AbortController();
       setTimeout(() => ac.abort(), 30);
       assert.is(await dev.cq.wait({ timeoutMs: 5000, signal: ac.signal }).then(() => 'resolved', (e: { code: string }) => e.code), 'EABORTED');
+    } finally {
+      dev.close();
+    }
+  }
+});
+api('a registered heap buffer that is transferred away and collected: its memory stays registered, a READ into it succeeds (no write into freed memory)', async () => {
+  // The registration pins the buffer's backing store: after a transfer (postMessage or
+  // structuredClone with transfer) the receiver owns the memory, and once the receiver is
+  // collected the allocator would free it (64 MiB: an mmap of its own, unmapped at free) while
+  // the provider still writes READ responses and peers' WRITEs there.
+  v8.setFlagsFromString('--expose-gc');
+  const gc = vm.runInNewContext('gc') as () => void;
+  for (const [provider, fabric] of providers) {
+    if (!available.includes(fabric)) continue;
+    const dev = await createDevice({ provider, label: 'rank 0' });
+    try {
+      const qp = dev.createQueuePair({ peerLabel: 'self' });
+      const peer = dev.createQueuePair({ peerLabel: 'rank 0 (loop)' });
+      qp.connect(peer.address());
+      peer.connect(qp.address());
+      const src = dev.allocate(4096);
+      src.bytes.fill(0x77);
+      const remote = qp.importRegion(src.descriptor());
+      let heap: ArrayBuffer | undefined = new ArrayBuffer(64 << 20);
+      const mr = dev.register(new Uint8Array(heap));
+      let moved: ArrayBuffer | undefined = structuredClone(heap, { transfer: [heap] });
+      assert.is(heap.byteLength, 0, 'the transfer detached the registered buffer');
+      assert.is(moved.byteLength, 64 << 20);
+      heap = undefined;
+      moved = undefined;
+      for (let i = 0; i < 3; i++) {
+        gc();
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      for (let k = 0; k < 8; k++) qp.postRead(mr, k * (8 << 20), remote, 0, 4096, k, true);
+      let done = 0;
+      await pump(dev, (i) => (mustSucceed(i), done++), () => done === 8);
+      mr.deregister();
+      src.deregister();
     } finally {
       dev.close();
     }
