@@ -4,7 +4,8 @@
  * publishing loopback (or binding loopback) would make every cross-host pair time out.
  *
  * In order of precedence:
- * 1. `WEFT_ADDR`: an address of this host, as given;
+ * 1. `WEFT_ADDR`: an address of this host (one of its interfaces'; another host's address
+ *    would fail in the fabric with "cannot assign requested address");
  * 2. `WEFT_IFACE` (`weft run --iface`), else libfabric's own `FI_TCP_IFACE`: the first IPv4
  *    address of that interface;
  * 3. the local address of the route toward the store's host (the kernel's choice, read off a
@@ -25,8 +26,14 @@ export interface BindChoice {
   why: string;
 }
 
-/** Any address routed through the default route: nothing is sent to it. */
-const DEFAULT_ROUTE_PROBE = '192.0.2.255';
+/**
+ * Addresses routed through the default route on almost any host: nothing is sent to them, the
+ * kernel only says which local address it would use. Unicast and in three documentation
+ * networks, so a host whose own network is one of them (a VM on 192.0.2.0/24) still finds its
+ * route through another: a broadcast address there (192.0.2.255) cannot be connected to, and
+ * such a host used to bind 127.0.0.1.
+ */
+const DEFAULT_ROUTE_PROBES = ['198.51.100.10', '203.0.113.10', '192.0.2.10'];
 
 /** The first IPv4 address of interface `name` (throws naming the interfaces that exist). */
 export function interfaceAddress(name: string, source: string): string {
@@ -38,6 +45,15 @@ export function interfaceAddress(name: string, source: string): string {
     throw new WeftError('EINVAL', `${source}=${name}: ${list ? 'that interface has no IPv4 address' : 'no such interface'} on this host (interfaces: ${names}); name one the other hosts reach, or set WEFT_ADDR`);
   }
   return v4.address;
+}
+
+/** Every address of this host's interfaces (IPv6 ones without their zone). */
+function hostAddresses(): { address: string; iface: string }[] {
+  const out: { address: string; iface: string }[] = [];
+  for (const [iface, list] of Object.entries(networkInterfaces())) {
+    for (const a of list ?? []) out.push({ address: a.address.replace(/%.*$/, ''), iface });
+  }
+  return out;
 }
 
 /** The local address the kernel would use toward `host` (undefined without a route). */
@@ -90,6 +106,10 @@ export async function fabricBindAddress(options: { storeUrl?: string; env?: Node
   const env = options.env ?? process.env;
   if (env.WEFT_ADDR) {
     if (!isIP(env.WEFT_ADDR)) throw new WeftError('EINVAL', `WEFT_ADDR=${env.WEFT_ADDR} is not an IP address; give this host's address that the other hosts reach`);
+    const own = hostAddresses();
+    if (!own.some((a) => a.address === env.WEFT_ADDR)) {
+      throw new WeftError('EINVAL', `WEFT_ADDR=${env.WEFT_ADDR} is not an address of this host (its addresses: ${own.map((a) => `${a.address} (${a.iface})`).join(', ')}); give the one the other hosts reach, or name its interface with --iface / WEFT_IFACE`);
+    }
     return { address: env.WEFT_ADDR, why: 'WEFT_ADDR' };
   }
   if (env.WEFT_IFACE) return { address: interfaceAddress(env.WEFT_IFACE, 'WEFT_IFACE'), why: `interface ${env.WEFT_IFACE} (WEFT_IFACE)` };
@@ -99,7 +119,9 @@ export async function fabricBindAddress(options: { storeUrl?: string; env?: Node
     const src = await routeSource(host);
     if (src) return { address: src, why: `the route toward the store's host ${host}` };
   }
-  const def = await routeSource(DEFAULT_ROUTE_PROBE);
-  if (def) return { address: def, why: 'the default route' };
+  for (const probe of DEFAULT_ROUTE_PROBES) {
+    const def = await routeSource(probe);
+    if (def) return { address: def, why: 'the default route' };
+  }
   return { address: '127.0.0.1', why: 'no route toward the store or a default route (one host only)' };
 }
