@@ -49,6 +49,9 @@ function fail(what: string): never {
   throw new Error(`${who}: ${what}`);
 }
 
+/** A copyrpc call failed (direct backend): the peer rank died or its host is gone; end the run naming it. */
+const onCallFailed = (_slot: number, err: Error, ep: { peerLabel: string }): void => fail(`a copyrpc call to ${ep.peerLabel} failed: ${err.message.replace(`${who}: `, '')}`);
+
 // ---- set-up ------------------------------------------------------------------------------
 const G = cfg.ranks * cfg.clients;
 const g = myRank * cfg.clients + me;
@@ -174,7 +177,7 @@ function pollAll(): number {
   if (deleg) n += deleg.poll(onChannel);
   if (rpc) {
     loopResponses = 0;
-    const k = rpc.poll(onRpc);
+    const k = rpc.poll(onRpc, onCallFailed);
     countBatch(loopStats, loopResponses, 0);
     loopStats[D.LOOPS]++;
     n += k;
@@ -217,7 +220,7 @@ while (inflight > 0) {
 }
 stats[C.DRAINED] = 1;
 while (Atomics.load(ctl, CTL.DAEMONS_STOP) === 0) {
-  if (rpc) rpc.poll();
+  if (rpc) rpc.poll(undefined, onCallFailed);
   Atomics.wait(ctl, CTL.DAEMONS_STOP, 0, 5);
 }
 stopProfile();

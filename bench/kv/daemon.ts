@@ -83,6 +83,13 @@ function fail(what: string): never {
   throw new Error(`${who}: ${what}`);
 }
 
+/**
+ * A copyrpc call of this daemon failed (its endpoint failed: the peer rank died, its host is
+ * gone, or the peer broke the protocol). Its answer will never come and a client waits on it:
+ * the run ends here, naming the peer, instead of the clients waiting out the drain timeout.
+ */
+const onCallFailed = (_t: number, err: Error, ep: { peerLabel: string }): void => fail(`a copyrpc call to ${ep.peerLabel} failed: ${err.message.replace(`${who}: `, '')}`);
+
 function parkHandle(h: RecvHandle<number>): number {
   const i = freeHandles.length > 0 ? freeHandles.pop()! : handles.length;
   handles[i] = h;
@@ -202,7 +209,7 @@ function tryCall(target: number, payload: Uint8Array, t: number, retries: number
       return true;
     }
     if (i >= retries) return false;
-    rpc!.poll(onNestedResponse);
+    rpc!.poll(onNestedResponse, onCallFailed);
   }
 }
 
@@ -246,8 +253,8 @@ function serve(tag: number): Uint8Array {
 
 // ---- the four phases ---------------------------------------------------------------------
 function phaseRpc(): number {
-  let n = rpc!.poll(onResponse);
-  for (let i = 0; i < control.extraPolls && loopResponses < control.pollUntil; i++) n += rpc!.poll(onResponse);
+  let n = rpc!.poll(onResponse, onCallFailed);
+  for (let i = 0; i < control.extraPolls && loopResponses < control.pollUntil; i++) n += rpc!.poll(onResponse, onCallFailed);
   for (let h = rpc!.recv(); h !== undefined; h = rpc!.recv()) {
     n++;
     if (h.length < REQUEST_BYTES || !m.readRequest(h.buffer, h.offset)) fail(`malformed copyrpc request from ${h.endpoint.peerLabel}`);

@@ -43,12 +43,24 @@ export interface RpcEngineOptions {
   srqSize?: number;
   /** Check the credit invariant on every batch, call and reply (also WEFT_RPC_DEBUG=1). */
   debug?: boolean;
+  /**
+   * Milliseconds a peer on another host may leave the fabric's liveness probe unanswered
+   * before its endpoint fails with EPEERDEAD and its pending calls reach `onCallFailed`
+   * (default: the device's `opTimeoutMs` given to createRpcEngine, else 30000). A peer polls
+   * to answer, as it polls to serve calls: raise this for peers that stop polling for long.
+   */
+  peerTimeoutMs?: number;
 }
 
 /** Options of `createRpcEngine`: the device's, plus the engine's own. */
 export interface CreateRpcEngineOptions extends DeviceOptions, ShmDeviceOptions, RpcEngineOptions {}
 
 const MAX_QPN = 1024;
+/** RpcEngineOptions.peerTimeoutMs by default (the NIC's opTimeoutMs default). */
+const DEFAULT_PEER_TIMEOUT_MS = 30_000;
+/** Polls between looks at the clock for silent peers, and the least time between looks. */
+const SILENCE_CHECK_POLLS = 256;
+const SILENCE_CHECK_MS = 200;
 /** The response handler of a poll without one (also marks "inside poll"). */
 const IGNORE = (): void => {};
 
@@ -63,7 +75,13 @@ const IGNORE = (): void => {};
  */
 export async function createRpcEngine<U = unknown>(options: CreateRpcEngineOptions = {}): Promise<RpcEngine<U>> {
   const device = await createDevice(options);
-  const engine = new RpcEngine<U>(new CompletionRouter(device), options);
+  let engine: RpcEngine<U>;
+  try {
+    engine = new RpcEngine<U>(new CompletionRouter(device), { ...options, peerTimeoutMs: options.peerTimeoutMs ?? options.opTimeoutMs });
+  } catch (err) {
+    device.close(); // refused options (srqSize, peerTimeoutMs): the device is nobody's
+    throw err;
+  }
   engine.ownsDevice = true;
   return engine;
 }
@@ -74,6 +92,8 @@ export class RpcEngine<U = unknown> implements RpcHost<U>, CompletionSink {
   readonly label: string;
   readonly debug: boolean;
   readonly srqSize: number;
+  /** See RpcEngineOptions.peerTimeoutMs. */
+  readonly peerTimeoutMs: number;
   /** Endpoints in creation order (index = endpoint id). */
   readonly endpoints: Endpoint<U>[] = [];
   private readonly byQpn: (Endpoint<U> | undefined)[] = new Array(MAX_QPN).fill(undefined);
@@ -113,6 +133,9 @@ export class RpcEngine<U = unknown> implements RpcHost<U>, CompletionSink {
   private direct = false;
   /** Completions decoded by the current poll(). */
   private handled = 0;
+  /** Polls since the last look at silent peers, and when that look was (checkSilentPeers). */
+  private pollsSinceSilenceCheck = 0;
+  private lastSilenceCheck = 0;
 
   /** An engine on `router`'s device, which it shares with the router's other owners. */
   constructor(router: CompletionRouter, options: RpcEngineOptions = {}) {
@@ -122,6 +145,8 @@ export class RpcEngine<U = unknown> implements RpcHost<U>, CompletionSink {
     this.debug = options.debug ?? process.env.WEFT_RPC_DEBUG === '1';
     this.srqSize = options.srqSize ?? DEFAULT_SRQ_SIZE;
     if (!Number.isInteger(this.srqSize) || this.srqSize < 4) throw new WeftError('EINVAL', `${this.label}: srqSize must be an integer >= 4, got ${this.srqSize}`);
+    this.peerTimeoutMs = options.peerTimeoutMs ?? DEFAULT_PEER_TIMEOUT_MS;
+    if (!(this.peerTimeoutMs > 0)) throw new WeftError('EINVAL', `${this.label}: peerTimeoutMs must be a positive number of milliseconds, got ${options.peerTimeoutMs}`);
   }
 
   /**
@@ -256,6 +281,7 @@ export class RpcEngine<U = unknown> implements RpcHost<U>, CompletionSink {
     this.onResponse = undefined;
     this.repost();
     this.flush();
+    if (++this.pollsSinceSilenceCheck >= SILENCE_CHECK_POLLS) this.checkSilentPeers();
     if (this.failed.length > 0 && onCallFailed) this.reportFailures(onCallFailed);
     if (this.callbackError !== undefined) {
       const err = this.callbackError;
@@ -521,6 +547,26 @@ export class RpcEngine<U = unknown> implements RpcHost<U>, CompletionSink {
     }
     for (let i = keep; i < n0; i++) list[i] = undefined as unknown as Endpoint<U>;
     this.nConsumed = keep;
+  }
+
+  /**
+   * Peers on another host cannot be looked up: their QPs probe them through the fabric, and
+   * libfabric's rxm neither completes nor fails a probe (or a call) toward a process that
+   * died. An endpoint whose peer has left its probe unanswered for peerTimeoutMs fails with
+   * EPEERDEAD, so its pending calls reach onCallFailed instead of waiting forever.
+   */
+  private checkSilentPeers(): void {
+    this.pollsSinceSilenceCheck = 0;
+    const now = performance.now();
+    if (now - this.lastSilenceCheck < SILENCE_CHECK_MS) return;
+    this.lastSilenceCheck = now;
+    for (const ep of this.endpoints) {
+      if (ep.state !== 'ready') continue;
+      const ms = ep.qp.unansweredMs ?? 0;
+      if (ms <= this.peerTimeoutMs) continue;
+      const at = ep.qp.peerAddress ? ` at ${ep.qp.peerAddress}` : '';
+      ep.fail(new WeftError('EPEERDEAD', `${this.label}: ${ep.peerLabel}${at} has not answered the fabric for ${Math.round(ms)} ms (peerTimeoutMs ${this.peerTimeoutMs}): its process or its host is gone, or it stopped polling; the endpoint's pending calls fail; reconnect when the peer is back`));
+    }
   }
 
   private reportFailures(cb: CallFailedHandler<U>): void {

@@ -6,7 +6,8 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { fileURLToPath } from 'node:url';
-import { rmSync } from 'node:fs';
+import { readFileSync, rmSync } from 'node:fs';
+import { spawnSync, type ChildProcess } from 'node:child_process';
 import { EmulatedHosts } from '../../harness/emulated-hosts.js';
 import { startRedisOn } from '../../harness/host-jobs.js';
 
@@ -18,8 +19,10 @@ if (why) {
   console.log(`kv-hosts.test: skipped: ${why}`);
 } else {
   let hosts: EmulatedHosts;
+  let redis: Awaited<ReturnType<typeof startRedisOn>>;
   test.before(async () => {
     hosts = await EmulatedHosts.create(2);
+    redis = await startRedisOn(hosts, 0);
   });
   test.after(async () => {
     await hosts?.destroy();
@@ -28,7 +31,6 @@ if (why) {
   });
 
   test('benchkv on 2 hosts x 2 ranks: meta, delegation and direct with --verify clean', async () => {
-    const redis = await startRedisOn(hosts, 0);
     const outs = ['', ''];
     const codes = await Promise.all(
       [0, 1].map((h) => {
@@ -58,6 +60,61 @@ if (why) {
       assert.is(r.mismatches, 0);
       assert.ok(r.mops > 0);
     }
+  });
+
+  test('a host that dies mid-run: the other host ends the run within its peer timeout, naming the dead rank', async () => {
+    // libfabric's rxm neither completes nor fails a call toward a process that died on another
+    // host: without the engine's peer timeout, rank 0's clients waited for their answers until
+    // the run's end and then the drain timeout, and the error named nobody.
+    const outs = ['', ''];
+    const children: ChildProcess[] = [];
+    const exits = [0, 1].map((h) => {
+      const args = [BENCH, '--ranks', '1', '--nnodes', '2', '--node-rank', String(h), '--store', redis.url, '--prefix', 'kvkill', '--backends', 'delegation', '--duration', '30', '--runs', '1', '--warmup', '0.1', '--timeout-ms', '8000', '--json', '--peers', 'none', '--out', `/tmp/weft-kv-kill-${h}`];
+      const child = hosts.spawn(h, process.execPath, args, { env: { ...process.env, WEFT_STORE_PASSWORD: redis.password, WEFT_CORES: '2' } });
+      children.push(child);
+      child.stdout!.on('data', (d) => (outs[h] += d));
+      child.stderr!.on('data', (d) => (outs[h] += d));
+      return new Promise<number | null>((resolve) => {
+        const timer = setTimeout(() => process.kill(-child.pid!, 'SIGKILL'), 120_000);
+        child.on('exit', (code) => {
+          clearTimeout(timer);
+          resolve(code);
+        });
+      });
+    });
+    // Host 1 dies (bench, launcher and rank: one process group) in the middle of the run: once
+    // its rank has used 4 s of CPU (set-up takes less; the run keeps its threads busy).
+    const rankOf1 = () => spawnSync('pgrep', ['-g', String(children[1].pid), '-f', 'node [^ ]*kv/rank\\.js'], { encoding: 'utf8' }).stdout.trim().split('\n')[0];
+    const cpuSeconds = (pid: string) => {
+      try {
+        const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+        return (Number(f[11]) + Number(f[12])) / 100; // utime + stime, in clock ticks of 10 ms
+      } catch {
+        return 0;
+      }
+    };
+    const t0 = performance.now();
+    for (;;) {
+      const pid = rankOf1();
+      if (pid && cpuSeconds(pid) >= 4) break;
+      assert.ok(performance.now() - t0 < 90_000, `host 1's rank never got going:\n${outs[1].slice(-2000)}\n--- host 0 ---\n${outs[0].slice(-2000)}`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const killedAt = performance.now();
+    try {
+      process.kill(-children[1].pid!, 'SIGKILL');
+    } catch (err) {
+      assert.unreachable(`host 1 ended before it was killed (${(err as Error).message}):\n${outs[1].slice(-3000)}\n--- host 0 ---\n${outs[0].slice(-2000)}`);
+    }
+    const code0 = await exits[0];
+    const took = performance.now() - killedAt;
+    await exits[1];
+    for (const h of [0, 1]) rmSync(`/tmp/weft-kv-kill-${h}`, { recursive: true, force: true });
+    assert.is.not(code0, 0, outs[0].slice(-3000));
+    assert.match(outs[0], /rank 1\b[^\n]*(has not answered|unreachable|is dead|is gone)/, outs[0].slice(-3000));
+    // The run was to last 30 s more; the peer timeout is 8 s (--timeout-ms): a bound on the
+    // failure's reach, not a speed.
+    assert.ok(took < 25_000, `host 0 ended ${Math.round(took)} ms after host 1 died:\n${outs[0].slice(-3000)}`);
   });
 }
 

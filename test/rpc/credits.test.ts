@@ -10,6 +10,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { createRpcEngine, type RpcEngine } from '../../src/rpc/index.js';
 import { WeftError } from '../../src/errors.js';
+import { listSegments } from '../../src/host/segments.js';
 
 const RING = { sendRingSize: 1 << 14, recvRingSize: 1 << 14 };
 
@@ -84,6 +85,28 @@ test('a failed endpoint gives its credits back once, not again at close', async 
   } finally {
     ctx.close();
   }
+});
+
+test('refused engine options (srqSize, peerTimeoutMs) throw EINVAL and leave no device behind', async () => {
+  const mine = () => listSegments().filter((n) => n.includes(`.${process.pid}.`) || n.includes(`-${process.pid}-`));
+  const before = mine();
+  for (const [opts, re] of [
+    [{ srqSize: 2 }, /srqSize must be an integer >= 4/],
+    [{ peerTimeoutMs: 0 }, /peerTimeoutMs must be a positive number of milliseconds/],
+    [{ peerTimeoutMs: Number.NaN }, /peerTimeoutMs must be a positive number/],
+  ] as [Record<string, number>, RegExp][]) {
+    const err = await createRpcEngine({ provider: 'shm', label: 'options', ...opts }).then(() => undefined, (e: WeftError) => e);
+    assert.ok(err, JSON.stringify(opts));
+    assert.is(err!.code, 'EINVAL');
+    assert.match(err!.message, re);
+  }
+  assert.equal(mine(), before, 'a refused engine left its device\'s segments');
+  const ok = await createRpcEngine({ provider: 'shm', label: 'options', peerTimeoutMs: 5000 });
+  assert.is(ok.peerTimeoutMs, 5000);
+  ok.close();
+  const fromDevice = await createRpcEngine({ provider: 'shm', label: 'options', opTimeoutMs: 7000 });
+  assert.is(fromDevice.peerTimeoutMs, 7000, 'the device\'s opTimeoutMs is the default');
+  fromDevice.close();
 });
 
 test.run();
