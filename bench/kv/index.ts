@@ -118,7 +118,7 @@ export function kvCommand(): Command {
     .option('--poll-budget <n>', "the notes' fixed poll budget: each daemon loop polls until N responses came in or it polled N times (same as --poll-controller fixed:N)", int(0))
     .option('--poll-controller <c>', `the daemon loops' poll control: ${POLL_CONTROLLER_SPECS} (docs/bistability.md)`, pollControllerSpec, 'none')
     .option('--verify', 'partition keys per client and check every get against its last completed put', false)
-    .option('--quick', 'a short run: 1 s, 1 run, no warm-up beyond 0.3 s', false)
+    .option('--quick', 'a short run: 1 s, 1 run, 3 epochs, --warmup 0.3 (options given explicitly win)', false)
     .option('--json', 'print one JSON object per line instead of the table', false)
     .option('--out <dir>', 'where JSON, CSV and SVG go (default bench/results or WEFT_BENCH_OUT)')
     .option('--seed <n>', 'workload seed', int(0), 1)
