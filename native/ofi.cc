@@ -283,9 +283,15 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
     relay_.Stop();  // its thread polls the CQ's fd and rings a segment's word: both go below
     StopWait(false);
     napi_env env = env_;
+    // The registered memory is given back after the endpoint, CQ and domain are closed (at the
+    // end of this function): an operation still in the provider may write into it until then,
+    // and a buffer that was transferred away may have no other owner left.
+    std::vector<std::shared_ptr<v8::BackingStore>> stores = std::move(retired_);
+    retired_.clear();
     for (Mr& m : mrs_) {
       if (m.mr) fi_close(&m.mr->fid);
       if (m.ref && env) napi_delete_reference(env, m.ref);
+      if (m.store) stores.push_back(std::move(m.store));
       m = Mr();
     }
     mrs_.clear();
@@ -397,6 +403,9 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
     if (h >= mrs_.size() || !mrs_[h].mr) return Fail(env, "EINVAL", "deregMr: unknown handle");
     int rc = fi_close(&mrs_[h].mr->fid);
     napi_delete_reference(env, mrs_[h].ref);
+    // A registration the provider would not close may still be written into: its memory stays
+    // until the endpoint closes.
+    if (rc && mrs_[h].store) retired_.push_back(std::move(mrs_[h].store));
     mrs_[h] = Mr();
     freeMrs_.push_back(h);
     if (rc) return Fail(env, "ETRANSPORT", Err("fi_close(mr)", rc));
@@ -719,6 +728,8 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
   int waitFd_ = -1;
   bool source_ = false;
   std::vector<Mr> mrs_;
+  // Memory of registrations whose fi_close failed: released in Cleanup, after the endpoint.
+  std::vector<std::shared_ptr<v8::BackingStore>> retired_;
   std::vector<uint32_t> freeMrs_;
   Bound cmd_;
   Bound out_;

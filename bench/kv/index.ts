@@ -125,7 +125,7 @@ export function kvCommand(): Command {
     .option('--ring-bytes <n>', 'copyrpc ring bytes per endpoint', int(1024), 1 << 18)
     .option('--timeout-ms <ms>', 'bound of set-up, drain and every barrier', int(1000), 60_000)
     .option('--no-bind', 'do not pin ranks to cores (WEFT_BIND=none)')
-    .addOption(new Option('--provider <p>', "copyrpc between ranks: 'auto' (shared memory inside a host, libfabric between hosts) or 'ofi' (libfabric between every pair of ranks, also on one host: the cost of the fabric path without a second host; also WEFT_PROVIDER=ofi)").choices(['auto', 'ofi']).default(process.env.WEFT_PROVIDER === 'ofi' ? 'ofi' : 'auto'))
+    .addOption(new Option('--provider <p>', "copyrpc between ranks: 'auto' (shared memory inside a host, libfabric between hosts) or 'ofi' (libfabric between every pair of ranks, also on one host: the cost of the fabric path without a second host; also WEFT_PROVIDER=ofi or ofi:<fabric>)").choices(['auto', 'ofi']).default(process.env.WEFT_PROVIDER?.startsWith('ofi') ? 'ofi' : 'auto'))
     .action(async (o: KvOptions, cmd: Command) => {
       if (o.quick) {
         for (const [k, v] of Object.entries({ duration: 1, runs: 1, warmup: 0.3, epochs: 3 })) {

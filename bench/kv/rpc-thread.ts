@@ -9,7 +9,7 @@ import { createRpcEngine, type Endpoint, type RpcEngine } from 'weftjs/rpc';
 import type { KvConfig } from './config.js';
 import { endsOf, links, threadName, type ThreadRef } from './topology.js';
 
-/** How long a peer rank on another host may stay silent in the fabric before the run ends (ms). */
+/** How long a peer rank on another host may stay silent in the fabric before the run ends (ms, at most). */
 const PEER_TIMEOUT_MS = 10_000;
 
 export interface ThreadRpc {
@@ -52,8 +52,9 @@ export async function connectThread(cfg: KvConfig, self: ThreadRef, port: Messag
     label: `rank ${cfg.rank} ${threadName(self)}`,
     srqSize: Math.max(1024, 64 * ends.length),
     // A rank on another host that died leaves its probes unanswered (rxm fails nothing toward
-    // it): its endpoints fail after this, and the daemons and clients end the run naming it.
-    peerTimeoutMs: Math.min(cfg.timeoutMs, PEER_TIMEOUT_MS),
+    // it): its endpoints fail after this, and the daemons and clients end the run naming it,
+    // before the main thread's collectives time out (--timeout-ms) naming only the rank.
+    peerTimeoutMs: Math.min(PEER_TIMEOUT_MS, Math.max(1000, cfg.timeoutMs / 2)),
     ...(cfg.bindAddress ? { node: cfg.bindAddress } : {}),
   });
   const eps: (Endpoint<number> | undefined)[] = new Array(cfg.ranks).fill(undefined);

@@ -47,13 +47,19 @@ export function interfaceAddress(name: string, source: string): string {
   return v4.address;
 }
 
-/** Every address of this host's interfaces (IPv6 ones without their zone). */
+/** Every address of this host's interfaces (those that are up). */
 function hostAddresses(): { address: string; iface: string }[] {
   const out: { address: string; iface: string }[] = [];
   for (const [iface, list] of Object.entries(networkInterfaces())) {
-    for (const a of list ?? []) out.push({ address: a.address.replace(/%.*$/, ''), iface });
+    for (const a of list ?? []) out.push({ address: a.address, iface });
   }
   return out;
+}
+
+/** One spelling per address: IPv6 lower-cased and compressed, without its zone (`%eth0`). */
+function canonicalAddress(address: string): string {
+  const bare = address.replace(/%.*$/, '');
+  return isIP(bare) === 6 ? new URL(`http://[${bare}]`).hostname.slice(1, -1) : bare;
 }
 
 /** The local address the kernel would use toward `host` (undefined without a route). */
@@ -107,7 +113,8 @@ export async function fabricBindAddress(options: { storeUrl?: string; env?: Node
   if (env.WEFT_ADDR) {
     if (!isIP(env.WEFT_ADDR)) throw new WeftError('EINVAL', `WEFT_ADDR=${env.WEFT_ADDR} is not an IP address; give this host's address that the other hosts reach`);
     const own = hostAddresses();
-    if (!own.some((a) => a.address === env.WEFT_ADDR)) {
+    const wanted = canonicalAddress(env.WEFT_ADDR);
+    if (!own.some((a) => canonicalAddress(a.address) === wanted)) {
       throw new WeftError('EINVAL', `WEFT_ADDR=${env.WEFT_ADDR} is not an address of this host (its addresses: ${own.map((a) => `${a.address} (${a.iface})`).join(', ')}); give the one the other hosts reach, or name its interface with --iface / WEFT_IFACE`);
     }
     return { address: env.WEFT_ADDR, why: 'WEFT_ADDR' };

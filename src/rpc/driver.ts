@@ -232,7 +232,8 @@ export class Driver<U> {
     this.engine.router.kick();
   };
 
-  private readonly idleReady = (): boolean => this.kicked || this.engine.inboxSize > 0 || !this.busy();
+  // (A silent peer's endpoint failed: the loop goes round, and its requests reject with EPEERDEAD.)
+  private readonly idleReady = (): boolean => this.kicked || this.engine.inboxSize > 0 || !this.busy() || this.engine.checkSilentPeers();
 
   /**
    * Issues parked requests. Every endpoint gets its turn: one refused for lack of room or

@@ -77,7 +77,7 @@ export async function createRpcEngine<U = unknown>(options: CreateRpcEngineOptio
   const device = await createDevice(options);
   let engine: RpcEngine<U>;
   try {
-    engine = new RpcEngine<U>(new CompletionRouter(device), { ...options, peerTimeoutMs: options.peerTimeoutMs ?? options.opTimeoutMs });
+    engine = new RpcEngine<U>(new CompletionRouter(device), { ...options, peerTimeoutMs: options.peerTimeoutMs ?? (options.opTimeoutMs !== undefined && options.opTimeoutMs > 0 ? options.opTimeoutMs : undefined) });
   } catch (err) {
     device.close(); // refused options (srqSize, peerTimeoutMs): the device is nobody's
     throw err;
@@ -281,7 +281,9 @@ export class RpcEngine<U = unknown> implements RpcHost<U>, CompletionSink {
     this.onResponse = undefined;
     this.repost();
     this.flush();
-    if (++this.pollsSinceSilenceCheck >= SILENCE_CHECK_POLLS) this.checkSilentPeers();
+    // Idle polls look at the clock each time (they have nothing better to do); busy ones every
+    // SILENCE_CHECK_POLLS polls.
+    if (k === 0 || ++this.pollsSinceSilenceCheck >= SILENCE_CHECK_POLLS) this.checkSilentPeers();
     if (this.failed.length > 0 && onCallFailed) this.reportFailures(onCallFailed);
     if (this.callbackError !== undefined) {
       const err = this.callbackError;
@@ -412,7 +414,8 @@ export class RpcEngine<U = unknown> implements RpcHost<U>, CompletionSink {
     this.router.waitSync(this.hasInbox, { deadline: new Deadline(options.timeoutMs, options.signal), what: `${this.label}: rpc waitSync` });
   }
 
-  private readonly hasInbox = (): boolean => this.inbox.count > 0;
+  /** What wait() waits for: completions routed here, or an endpoint failed for a silent peer (poll() reports it). */
+  private readonly hasInbox = (): boolean => this.inbox.count > 0 || this.checkSilentPeers();
 
   /** Closes every endpoint, and the device when the engine created it. */
   close(): void {
@@ -553,20 +556,31 @@ export class RpcEngine<U = unknown> implements RpcHost<U>, CompletionSink {
    * Peers on another host cannot be looked up: their QPs probe them through the fabric, and
    * libfabric's rxm neither completes nor fails a probe (or a call) toward a process that
    * died. An endpoint whose peer has left its probe unanswered for peerTimeoutMs fails with
-   * EPEERDEAD, so its pending calls reach onCallFailed instead of waiting forever.
+   * EPEERDEAD, so its pending calls reach onCallFailed instead of waiting forever. Runs from
+   * poll() and from every wait of the engine and its request driver (their `ready`), at most
+   * every SILENCE_CHECK_MS; true when it failed an endpoint.
+   * @internal
    */
-  private checkSilentPeers(): void {
+  checkSilentPeers(): boolean {
     this.pollsSinceSilenceCheck = 0;
     const now = performance.now();
-    if (now - this.lastSilenceCheck < SILENCE_CHECK_MS) return;
+    const since = now - this.lastSilenceCheck;
+    if (since < SILENCE_CHECK_MS) return false;
     this.lastSilenceCheck = now;
+    // Nobody looked for a long while (this thread was busy elsewhere, stopped, or in a long
+    // garbage collection): the fabric has not been progressed either, and answers may wait in
+    // it. Judge at the next look, after the polls in between.
+    if (since > Math.max(2 * SILENCE_CHECK_MS, this.peerTimeoutMs / 4)) return false;
+    let failed = false;
     for (const ep of this.endpoints) {
       if (ep.state !== 'ready') continue;
       const ms = ep.qp.unansweredMs ?? 0;
       if (ms <= this.peerTimeoutMs) continue;
       const at = ep.qp.peerAddress ? ` at ${ep.qp.peerAddress}` : '';
       ep.fail(new WeftError('EPEERDEAD', `${this.label}: ${ep.peerLabel}${at} has not answered the fabric for ${Math.round(ms)} ms (peerTimeoutMs ${this.peerTimeoutMs}): its process or its host is gone, or it stopped polling; the endpoint's pending calls fail; reconnect when the peer is back`));
+      failed = true;
     }
+    return failed;
   }
 
   private reportFailures(cb: CallFailedHandler<U>): void {

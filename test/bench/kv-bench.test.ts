@@ -19,7 +19,10 @@ const hasRedis = spawnSync('sh', ['-c', 'command -v redis-server']).status === 0
 function bench(args: string[], env: Record<string, string> = {}, timeoutMs = 240_000): Promise<{ code: number | null; out: string; err: string }> {
   const out = mkdtempSync(path.join(tmpdir(), 'weft-kv-'));
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, [BENCH, '--json', '--out', out, ...args], { env: { ...process.env, ...env }, detached: true });
+    // (The bench reads WEFT_PROVIDER: a test's provider is the one it asks for.)
+    const base = { ...process.env };
+    delete base.WEFT_PROVIDER;
+    const child = spawn(process.execPath, [BENCH, '--json', '--out', out, ...args], { env: { ...base, ...env }, detached: true });
     let o = '';
     let e = '';
     child.stdout.on('data', (d) => (o += d));

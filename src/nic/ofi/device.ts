@@ -293,8 +293,11 @@ export class OfiDevice implements Device, QpHost {
   close(): void {
     if (this.closed) return;
     for (const qp of this.qps) qp?.close();
-    for (const r of [...this.regions]) r.deregister();
+    // Closed first: the regions' registrations then go with the endpoint (ep.close() gives
+    // their memory back after the fabric endpoint is closed), so nothing still in the provider
+    // writes into memory already released.
     this.closed = true;
+    for (const r of [...this.regions]) r.deregister();
     this.ep.close();
   }
 

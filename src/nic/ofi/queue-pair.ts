@@ -116,6 +116,8 @@ export class OfiQueuePair extends QueuePairBase implements QueuePair {
   private probing = false;
   private lastProbe = 0;
   private probeSince = 0;
+  /** When the region-table read in flight (a verification or a probe) was posted. */
+  private verifySince = 0;
 
   /**
    * How long a liveness read toward this peer (on another host) has gone unanswered, 0 when
@@ -123,7 +125,10 @@ export class OfiQueuePair extends QueuePairBase implements QueuePair {
    * whose process died: a timeout then names the peers that stopped answering.
    */
   get unansweredMs(): number {
-    return this.probing && this.state === 'ready' ? performance.now() - this.probeSince : 0;
+    if (this.state !== 'ready' || !this.peer || isSameHost(this.peer.identity)) return 0;
+    // A verification read holds the VERIFY slot and no probe starts meanwhile: it counts too.
+    const since = this.probing ? this.probeSince : this.verifying !== undefined ? this.verifySince : 0;
+    return since > 0 ? performance.now() - since : 0;
   }
   /** See QueuePair.handshake. */
   handshakeState: 'pending' | 'done' | 'failed' | undefined;
@@ -345,6 +350,7 @@ export class OfiQueuePair extends QueuePairBase implements QueuePair {
     }
     remote.state = VERIFYING;
     this.verifying = remote;
+    this.verifySince = performance.now();
     this.stageInternal(L.NOP_READ, L.VERIFY + this.qpn * 32, 32, BigInt(L.MR_TABLE + remote.slot * L.MR_ENTRY), L.CTX_VERIFY);
   }
 
