@@ -30,24 +30,29 @@ if (why) {
     if (left.length) throw new Error(`emulated hosts left namespaces behind: ${left.join(', ')}`);
   });
 
+  /**
+   * `weft bench kv` on host `h` with `args` (after the store's), output into `outs[h]`;
+   * resolves with its exit code (SIGKILLed as a group after `killAfterMs`).
+   */
+  function benchOn(h: number, args: string[], outs: string[], killAfterMs: number): { child: ChildProcess; exit: Promise<number | null> } {
+    const all = [BENCH, '--nnodes', '2', '--node-rank', String(h), '--store', redis.url, '--json', '--peers', 'none', ...args];
+    // Both hosts share this machine's cores: say so, so the ranks know they are oversubscribed.
+    const child = hosts.spawn(h, process.execPath, all, { env: { ...process.env, WEFT_STORE_PASSWORD: redis.password, WEFT_CORES: '2' } });
+    child.stdout!.on('data', (d) => (outs[h] += d));
+    child.stderr!.on('data', (d) => (outs[h] += d));
+    const exit = new Promise<number | null>((resolve) => {
+      const timer = setTimeout(() => process.kill(-child.pid!, 'SIGKILL'), killAfterMs);
+      child.on('exit', (code) => {
+        clearTimeout(timer);
+        resolve(code);
+      });
+    });
+    return { child, exit };
+  }
+
   test('benchkv on 2 hosts x 2 ranks: meta, delegation and direct with --verify clean', async () => {
     const outs = ['', ''];
-    const codes = await Promise.all(
-      [0, 1].map((h) => {
-        const args = [BENCH, '--ranks', '2', '--nnodes', '2', '--node-rank', String(h), '--store', redis.url, '--prefix', 'kvhosts', '--quick', '--verify', '--json', '--peers', 'none', '--daemons', '2', '--clients', '2', '--out', `/tmp/weft-kv-hosts-${h}`];
-        // Both hosts share this machine's cores: say so, so the ranks know they are oversubscribed.
-        const child = hosts.spawn(h, process.execPath, args, { env: { ...process.env, WEFT_STORE_PASSWORD: redis.password, WEFT_CORES: '2' } });
-        child.stdout!.on('data', (d) => (outs[h] += d));
-        child.stderr!.on('data', (d) => (outs[h] += d));
-        return new Promise<number | null>((resolve) => {
-          const timer = setTimeout(() => process.kill(-child.pid!, 'SIGKILL'), 300_000);
-          child.on('exit', (code) => {
-            clearTimeout(timer);
-            resolve(code);
-          });
-        });
-      }),
-    );
+    const codes = await Promise.all([0, 1].map((h) => benchOn(h, ['--ranks', '2', '--prefix', 'kvhosts', '--quick', '--duration', '0.5', '--verify', '--daemons', '2', '--clients', '2', '--out', `/tmp/weft-kv-hosts-${h}`], outs, 300_000).exit));
     for (const h of [0, 1]) rmSync(`/tmp/weft-kv-hosts-${h}`, { recursive: true, force: true });
     const all = outs.map((o, i) => `--- host ${i} ---\n${o}`).join('\n');
     assert.equal(codes, [0, 0], all.slice(-4000));
@@ -67,21 +72,9 @@ if (why) {
     // host: without the engine's peer timeout, rank 0's clients waited for their answers until
     // the run's end and then the drain timeout, and the error named nobody.
     const outs = ['', ''];
-    const children: ChildProcess[] = [];
-    const exits = [0, 1].map((h) => {
-      const args = [BENCH, '--ranks', '1', '--nnodes', '2', '--node-rank', String(h), '--store', redis.url, '--prefix', 'kvkill', '--backends', 'delegation', '--duration', '30', '--runs', '1', '--warmup', '0.1', '--timeout-ms', '8000', '--json', '--peers', 'none', '--out', `/tmp/weft-kv-kill-${h}`];
-      const child = hosts.spawn(h, process.execPath, args, { env: { ...process.env, WEFT_STORE_PASSWORD: redis.password, WEFT_CORES: '2' } });
-      children.push(child);
-      child.stdout!.on('data', (d) => (outs[h] += d));
-      child.stderr!.on('data', (d) => (outs[h] += d));
-      return new Promise<number | null>((resolve) => {
-        const timer = setTimeout(() => process.kill(-child.pid!, 'SIGKILL'), 120_000);
-        child.on('exit', (code) => {
-          clearTimeout(timer);
-          resolve(code);
-        });
-      });
-    });
+    const runs = [0, 1].map((h) => benchOn(h, ['--ranks', '1', '--prefix', 'kvkill', '--backends', 'delegation', '--duration', '30', '--runs', '1', '--warmup', '0.1', '--timeout-ms', '8000', '--out', `/tmp/weft-kv-kill-${h}`], outs, 120_000));
+    const children = runs.map((r) => r.child);
+    const exits = runs.map((r) => r.exit);
     // Host 1 dies (bench, launcher and rank: one process group) in the middle of the run: once
     // its rank has used 3 s of CPU (set-up takes less; the run keeps its threads busy).
     // The rank's process: its command line starts with the script (the launcher's names it later).
