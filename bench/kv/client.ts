@@ -19,7 +19,7 @@ import { C, CLIENT_WORDS, CTL, D, LOOP_WORDS, LoopSampler, countBatch, region } 
 import type { KvConfig } from './config.js';
 import { record } from './histogram.js';
 import { GET_OK, KvMessage, KvWriter, OP_GET, OP_PUT, PUT_OK, REQUEST_BYTES, RESPONSE_BYTES } from './messages.js';
-import { connectThread, type SetupMessage } from './rpc-thread.js';
+import { connectThread, endRunOnCallFailed, type SetupMessage } from './rpc-thread.js';
 import { generate } from './workload.js';
 
 interface ClientData {
@@ -49,8 +49,7 @@ function fail(what: string): never {
   throw new Error(`${who}: ${what}`);
 }
 
-/** A copyrpc call failed (direct backend): the peer rank died or its host is gone; end the run naming it. */
-const onCallFailed = (_slot: number, err: Error, ep: { peerLabel: string }): void => fail(`a copyrpc call to ${ep.peerLabel} failed: ${err.message.replace(`${who}: `, '')}`);
+const onCallFailed = endRunOnCallFailed(who);
 
 // ---- set-up ------------------------------------------------------------------------------
 const G = cfg.ranks * cfg.clients;

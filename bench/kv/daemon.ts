@@ -26,7 +26,7 @@ import { Backlog } from './backlog.js';
 import { CTL, D, LOOP_WORDS, LoopSampler, countBatch, region } from './board.js';
 import { DELEG_RING_DEPTH, FLUX_CAPACITY, FLUX_MAX_INFLIGHT, nextPow2, type KvConfig } from './config.js';
 import { KvMessage, KvWriter, OP_PUT, PUT_OK, REQUEST_BYTES, RESPONSE_BYTES, TAG_REQ, TAG_RESP } from './messages.js';
-import { connectThread, nextMessage, type SetupMessage } from './rpc-thread.js';
+import { connectThread, endRunOnCallFailed, nextMessage, type SetupMessage } from './rpc-thread.js';
 import { KvShard, preload } from './shard.js';
 import { T_DELEG, T_FLUX, T_HANDLE, T_IPC, kindOf, token, valueOf } from './tokens.js';
 
@@ -83,12 +83,7 @@ function fail(what: string): never {
   throw new Error(`${who}: ${what}`);
 }
 
-/**
- * A copyrpc call of this daemon failed (its endpoint failed: the peer rank died, its host is
- * gone, or the peer broke the protocol). Its answer will never come and a client waits on it:
- * the run ends here, naming the peer, instead of the clients waiting out the drain timeout.
- */
-const onCallFailed = (_t: number, err: Error, ep: { peerLabel: string }): void => fail(`a copyrpc call to ${ep.peerLabel} failed: ${err.message.replace(`${who}: `, '')}`);
+const onCallFailed = endRunOnCallFailed(who);
 
 function parkHandle(h: RecvHandle<number>): number {
   const i = freeHandles.length > 0 ? freeHandles.pop()! : handles.length;

@@ -5,12 +5,24 @@
  * through the job's store (the notes' MPI exchange, step 8) and sends back the peers'.
  */
 import type { MessagePort } from 'node:worker_threads';
-import { createRpcEngine, type Endpoint, type RpcEngine } from 'weftjs/rpc';
+import { createRpcEngine, type CallFailedHandler, type Endpoint, type RpcEngine } from 'weftjs/rpc';
 import type { KvConfig } from './config.js';
 import { endsOf, links, threadName, type ThreadRef } from './topology.js';
 
 /** How long a peer rank on another host may stay silent in the fabric before the run ends (ms, at most). */
 const PEER_TIMEOUT_MS = 10_000;
+
+/**
+ * The onCallFailed of a thread's polls: a call whose endpoint failed (the peer rank died, its
+ * host is gone, or it broke the protocol) never gets its answer, and a client waits on it, so
+ * the thread throws, naming the peer: the rank then ends the run instead of the clients
+ * waiting out the drain timeout.
+ */
+export function endRunOnCallFailed(who: string): CallFailedHandler<number> {
+  return (_userData, err, ep) => {
+    throw new Error(`${who}: a copyrpc call to ${ep.peerLabel} failed: ${err.message.replace(`${who}: `, '')}`);
+  };
+}
 
 export interface ThreadRpc {
   rpc: RpcEngine<number>;

@@ -115,9 +115,8 @@ export class OfiQueuePair extends QueuePairBase implements QueuePair {
   /** A liveness read toward a peer on another host is in flight (checkPeer). */
   private probing = false;
   private lastProbe = 0;
-  private probeSince = 0;
-  /** When the region-table read in flight (a verification or a probe) was posted. */
-  private verifySince = 0;
+  /** When the read in the VERIFY slot (a probe or a verification; one at a time) was posted. */
+  private slotReadSince = 0;
 
   /**
    * How long a liveness read toward this peer (on another host) has gone unanswered, 0 when
@@ -127,8 +126,7 @@ export class OfiQueuePair extends QueuePairBase implements QueuePair {
   get unansweredMs(): number {
     if (this.state !== 'ready' || !this.peer || isSameHost(this.peer.identity)) return 0;
     // A verification read holds the VERIFY slot and no probe starts meanwhile: it counts too.
-    const since = this.probing ? this.probeSince : this.verifying !== undefined ? this.verifySince : 0;
-    return since > 0 ? performance.now() - since : 0;
+    return this.probing || this.verifying !== undefined ? performance.now() - this.slotReadSince : 0;
   }
   /** See QueuePair.handshake. */
   handshakeState: 'pending' | 'done' | 'failed' | undefined;
@@ -350,7 +348,7 @@ export class OfiQueuePair extends QueuePairBase implements QueuePair {
     }
     remote.state = VERIFYING;
     this.verifying = remote;
-    this.verifySince = performance.now();
+    this.slotReadSince = performance.now();
     this.stageInternal(L.NOP_READ, L.VERIFY + this.qpn * 32, 32, BigInt(L.MR_TABLE + remote.slot * L.MR_ENTRY), L.CTX_VERIFY);
   }
 
@@ -493,7 +491,7 @@ export class OfiQueuePair extends QueuePairBase implements QueuePair {
     if (!isSameHost(this.peer.identity) && !this.probing && this.verifying === undefined && this.handshakeState !== 'pending' && now - this.lastProbe >= PROBE_MS) {
       this.probing = true;
       this.lastProbe = now;
-      this.probeSince = now;
+      this.slotReadSince = now;
       this.stageInternal(L.NOP_READ, L.VERIFY + this.qpn * 32, 32, BigInt(L.MR_TABLE), L.CTX_VERIFY);
     }
   }
