@@ -32,6 +32,8 @@ export interface CompletionSink {
 interface Waiter {
   ready: () => boolean;
   call: WaitCall;
+  /** Waits for operations on `nearby` QPs only. */
+  near: boolean;
   resolve(): void;
   reject(err: unknown): void;
 }
@@ -56,6 +58,8 @@ export class CompletionRouter {
   private filled = 0;
   private next = 0;
   private readonly waiters: Waiter[] = [];
+  /** Async waiters not `near`: while there are none, the shared loop polls with pollNear. */
+  private farWaiters = 0;
   private looping = false;
   /** Set by kick(): the loop's sleep ends and every waiter is checked again. */
   private kicked = false;
@@ -112,6 +116,19 @@ export class CompletionRouter {
    * many were handed out. Wakes the shared loop: a waiter may be satisfied now.
    */
   poll(): number {
+    return this.pollWith(false);
+  }
+
+  /**
+   * poll() for a waiter whose operations are all on `nearby` QPs (shared memory): the CQ's
+   * `pollNear` then reads an idle fabric only now and then. Same as poll() on devices
+   * without it.
+   */
+  pollNear(): number {
+    return this.pollWith(this.device.cq.pollNear !== undefined);
+  }
+
+  private pollWith(near: boolean): number {
     // The device is closed: nothing more comes, and its CQ must not be touched.
     if (this.closed) return 0;
     const b = this.batch;
@@ -120,8 +137,9 @@ export class CompletionRouter {
     // then reads the CQ into the same batch. Both loops go through `next` and `filled`, so no
     // entry is handed out twice or lost.
     let total = this.dispatchRest(b);
+    const cq = this.device.cq;
     for (;;) {
-      const n = this.device.cq.poll(b);
+      const n = near ? cq.pollNear!(b) : cq.poll(b);
       this.filled = n;
       this.next = 0;
       total += this.dispatchRest(b);
@@ -161,23 +179,30 @@ export class CompletionRouter {
   }
 
   private readonly pollThenSyncReady = (): boolean => {
-    this.poll();
+    this.pollWith(this.syncNear);
     return this.syncReady();
   };
+  /** The sync wait's operations are all on `nearby` QPs (and the CQ has pollNear). */
+  private syncNear = false;
 
   /**
    * Blocks until `ready()` (checked after every poll): spin, yield, sleep on the CQ. Throws
-   * the deadline's ETIMEDOUT / EABORTED, or what `ready` or `probe` throw.
+   * the deadline's ETIMEDOUT / EABORTED, or what `ready` or `probe` throw. `near`: what the
+   * caller waits for travels on `nearby` QPs only (see pollNear).
    */
-  waitSync(ready: () => boolean, call: WaitCall, probe?: () => void): void {
-    this.poll();
+  waitSync(ready: () => boolean, call: WaitCall, probe?: () => void, near = false): void {
+    near = near && this.device.cq.pollNear !== undefined;
+    this.pollWith(near);
     if (ready()) return;
     const outer = this.syncReady;
+    const outerNear = this.syncNear;
     this.syncReady = ready;
+    this.syncNear = near;
     try {
       waitSync(this.pollThenSyncReady, this.device.cq.doorbell, { oversubscribed: this.oversubscribed, call, probe });
     } finally {
       this.syncReady = outer;
+      this.syncNear = outerNear;
     }
   }
 
@@ -185,15 +210,17 @@ export class CompletionRouter {
    * Resolves when `ready()` (checked after every poll of the shared loop); rejects with what
    * `ready` throws, or when `call`'s deadline passes or its signal aborts.
    */
-  waitAsync(ready: () => boolean, call: WaitCall): Promise<void> {
+  waitAsync(ready: () => boolean, call: WaitCall, near = false): Promise<void> {
+    near = near && this.device.cq.pollNear !== undefined;
     try {
-      this.poll();
+      this.pollWith(near);
       if (ready()) return Promise.resolve();
     } catch (err) {
       return Promise.reject(err);
     }
     return new Promise<void>((resolve, reject) => {
-      const w: Waiter = { ready, call, resolve, reject };
+      const w: Waiter = { ready, call, near, resolve, reject };
+      if (!near) this.farWaiters++;
       const signal = call.deadline.signal;
       if (signal) {
         const onAbort = () => this.kick();
@@ -222,6 +249,7 @@ export class CompletionRouter {
 
   /** Fails every async waiter with `err` (the device is going away). */
   failAll(err: unknown): void {
+    this.farWaiters = 0;
     for (const w of this.waiters.splice(0)) w.reject(err);
     this.kick();
   }
@@ -236,7 +264,12 @@ export class CompletionRouter {
     this.failAll(err);
   }
 
-  private readonly loopReady = (): boolean => this.poll() > 0 || this.kicked;
+  private readonly loopReady = (): boolean => this.loopPoll() > 0 || this.kicked;
+
+  /** The shared loop's poll: pollNear while every async waiter is near. */
+  private loopPoll(): number {
+    return this.pollWith(this.farWaiters === 0 && this.device.cq.pollNear !== undefined);
+  }
 
   /** The CQ's doorbell, also ended by kick(). */
   private readonly loopBell: Doorbell = {
@@ -262,7 +295,7 @@ export class CompletionRouter {
     try {
       let lastTurn = performance.now();
       while (this.waiters.length > 0) {
-        const n = this.poll();
+        const n = this.loopPoll();
         const settled = this.settle();
         if (this.waiters.length === 0) break;
         if (performance.now() - lastTurn > WAIT.turnEveryMs) {
@@ -318,6 +351,7 @@ export class CompletionRouter {
         err = e ?? new WeftError('ETRANSPORT', `${w.call.what}: failed`);
       }
       ws.splice(i--, 1);
+      if (!w.near) this.farWaiters--;
       n++;
       if (err !== undefined) w.reject(err);
       else w.resolve();

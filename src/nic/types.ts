@@ -164,6 +164,12 @@ export interface QueuePair {
   readonly peerLabel: string;
   /** Consumed receive credits are reposted by polling (QueuePairOptions.autoRepost). */
   readonly autoRepost: boolean;
+  /**
+   * True when this QP's completions come without the fabric (shared memory toward a peer on
+   * this host, in a device over two providers): a waiter whose operations are all on such
+   * QPs may poll with `CompletionQueue.pollNear`. Undefined on single-provider devices.
+   */
+  readonly nearby?: boolean;
   /** 'init' until connect, 'ready', 'error' after a fatal error (peer death, timeout), 'closed'. */
   readonly state: 'init' | 'ready' | 'error' | 'closed';
   /** The error that moved the QP to 'error'. */
@@ -222,6 +228,14 @@ export interface QueuePair {
 export interface CompletionQueue {
   /** Moves queued work forward and fills `out` with up to `max` completions; returns the count. */
   poll(out: CompletionBatch, max?: number): number;
+  /**
+   * Devices over two providers: `poll` for a waiter whose operations are all on `nearby` QPs.
+   * It reads shared memory, and the fabric only while this process has fabric work in flight
+   * or when the fabric has gone unread for a while (so what a peer sent unasked, an abort or a
+   * copyrpc request, still comes in). Reading an idle fabric is a system call per poll
+   * (tcp;ofi_rxm's progress), the larger part of a waiting rank's CPU on a busy host.
+   */
+  pollNear?(out: CompletionBatch, max?: number): number;
   /** True when `poll` would return something (moves queued work forward). */
   ready(): boolean;
   /** Resolves when `poll` has something to return; spins, then yields, then sleeps. */
@@ -273,6 +287,13 @@ export interface Device {
    * when the device cannot. Lets a device over two providers sleep on one futex for both.
    */
   ringOnActivity?(words: Int32Array, index: number): boolean;
+  /**
+   * Fabric devices: true while this process has fabric work under way (operations posted and
+   * not completed, commands or credits not yet handed over, completions not yet read). When
+   * false, a poll can only find what a peer sent unasked, and a device over two providers
+   * may read this one less often for a waiter that waits on the other (`CompletionQueue.pollNear`).
+   */
+  hasWorkInFlight?(): boolean;
   /** Allocates and registers `byteLength` bytes that peers may access. */
   allocate(byteLength: number): MemoryRegion;
   /**

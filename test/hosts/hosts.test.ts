@@ -91,6 +91,20 @@ if (why) {
     }
   });
 
+  test('a rank that is not its host leader leaves the idle fabric unread while it waits on shared memory (2 hosts x 2 ranks, 2,000 allreduces)', async () => {
+    // A hierarchical allreduce's non-leaders exchange with their leader only, over shared
+    // memory; reading the fabric there costs a system call per poll (tcp;ofi_rxm's progress)
+    // and found nothing. They now read it only while it has work of theirs, or now and then.
+    const r = await runOnHosts(hosts, { perHost: [2, 2], script: HOSTS_RANK, args: ['near'], store: redis, timeoutMs: 120_000 });
+    assert.equal(r.codes.slice(0, 2), [0, 0], r.out.slice(-3000));
+    for (let k = 0; k < 4; k++) {
+      const m = new RegExp(`near rank ${k} \\(local (\\d)\\): wrong (\\d+), fabric skips (\\d+)`).exec(r.out);
+      assert.ok(m, r.out.slice(-3000));
+      assert.is(Number(m![2]), 0, `rank ${k}: wrong sums`);
+      if (m![1] === '1') assert.ok(Number(m![3]) > 0, `rank ${k} (not a leader) read the fabric on every poll: ${m![0]}`);
+    }
+  });
+
   test('a blocking wait asleep on the shm doorbell wakes for a fabric completion (the relay rings it)', async () => {
     // The device sleeps on its shm futex; a message from the other host must end that sleep,
     // not wait for a 1 ms slice to end (or, before the relay, the whole slice list).

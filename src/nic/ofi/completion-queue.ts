@@ -107,6 +107,11 @@ export class OfiCompletionQueue implements CompletionQueue {
     return n;
   }
 
+  /** Entries taken by ready() wait for the next poll. */
+  get holding(): boolean {
+    return this.heldStart < this.held.count;
+  }
+
   /** True when poll would return something (moves work forward; may hold entries). */
   ready(): boolean {
     if (this.heldStart < this.held.count) return true;

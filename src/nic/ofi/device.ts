@@ -70,6 +70,8 @@ export class OfiDevice implements Device, QpHost {
   private nextGen = 1;
   private readonly freeSlots: number[] = [];
   private readonly regions = new Set<OfiMemoryRegion>();
+  /** User operations issued and not yet reported, over all QPs (QpHost). */
+  inFlightOps = 0;
   private readonly waitingQps = new Set<OfiQueuePair>();
   private readonly dirtyQps: OfiQueuePair[] = [];
   private readonly dirtySet = new Set<OfiQueuePair>();
@@ -258,6 +260,11 @@ export class OfiDevice implements Device, QpHost {
       }
     }
     this.flush();
+  }
+
+  /** Operations under way, commands or credits not handed over, completions unread (Device). */
+  hasWorkInFlight(): boolean {
+    return this.inFlightOps > 0 || this.cmds.count > 0 || this.waitingQps.size > 0 || this.dirtyQps.length > 0 || this.local.size > 0 || this.cq.holding;
   }
 
   /** Publishes every gathered credit (before sleeping: the peer may wait for them). */

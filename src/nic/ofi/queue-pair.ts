@@ -44,6 +44,8 @@ export interface QpHost {
   readonly cqDataSize: number;
   readonly fabricAddress: Uint8Array;
   readonly providerName: string;
+  /** User operations of all QPs in their in-flight rings (issued, not yet reported). */
+  inFlightOps: number;
   avInsert(address: Uint8Array): number;
   mapSource(fiAddr: number, qpn: number): void;
   queued(qp: OfiQueuePair): void;
@@ -271,6 +273,7 @@ export class OfiQueuePair extends QueuePairBase implements QueuePair {
     }
     const seq = this.tail;
     this.tail = (seq + 1) | 0;
+    this.host.inFlightOps++;
     const i = seq & MASK;
     this.rOp[i] = op;
     this.rDone[i] = 0;
@@ -432,12 +435,14 @@ export class OfiQueuePair extends QueuePairBase implements QueuePair {
       if (st !== Status.SUCCESS || this.rSig[i]) local.push(this.qpn, this.rOp[i], st, st === Status.SUCCESS ? this.rLen[i] : 0, this.rWr[i], this.rErr[i]);
       this.rErr[i] = undefined;
       this.head = (this.head + 1) | 0;
+      this.host.inFlightOps--;
     }
   }
 
   private completeNow(op: number, wrId: number, status: number, err: WeftError): boolean {
     const seq = this.tail;
     this.tail = (seq + 1) | 0;
+    this.host.inFlightOps++;
     const i = seq & MASK;
     this.rOp[i] = op;
     this.rDone[i] = 1;

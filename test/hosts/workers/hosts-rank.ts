@@ -6,6 +6,9 @@
 //   wake   rank 0 waits (blocking) for a message rank 1 (on another host) sends 300 ms later,
 //          long enough for the wait to go to sleep; prints how many times the fabric's relay
 //          rang the sleeper's doorbell during that wait
+//   near   2,000 blocking 8-byte allreduces (hierarchical); prints "near rank R: sum S, fabric
+//          skips K of P polls": a rank that is not its host's leader waits on shared memory only
+//          and should leave the idle fabric unread on most polls
 //   badarg rank 1 passes a wrong allgather output, then a wrong reduceScatter input, then a bad
 //          timeoutMs to allreduce; every rank prints "badarg rank R: CODE after N ms" for each
 import { init, type WeftError } from '../../../src/index.js';
@@ -33,6 +36,21 @@ if (mode === 'info') {
     ctx.recvSync(x, 1);
     console.log(`wake rank 0: got ${x[0]}, relay rang ${(fabric?.relayRings() ?? NaN) - before}`);
   }
+  ctx.barrierSync();
+  await ctx.close();
+} else if (mode === 'near') {
+  const cq = (ctx.device as unknown as { cq: { fabricSkips?: number; polls?: number } }).cq;
+  const x = new Float64Array(1);
+  let wrong = 0;
+  ctx.barrierSync();
+  const before = cq.fabricSkips ?? NaN;
+  for (let i = 0; i < 2000; i++) {
+    x[0] = rank + i;
+    ctx.allreduceSync(x);
+    // 0 + 1 + ... + (size-1) + size * i
+    if (x[0] !== (size * (size - 1)) / 2 + size * i) wrong++;
+  }
+  console.log(`near rank ${rank} (local ${ctx.localRank}): wrong ${wrong}, fabric skips ${(cq.fabricSkips ?? NaN) - before}`);
   ctx.barrierSync();
   await ctx.close();
 } else if (mode === 'badarg') {
