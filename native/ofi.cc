@@ -401,11 +401,14 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
     if (!IsOpen(env)) return env.Undefined();
     uint32_t h = info[0].As<Napi::Number>().Uint32Value();
     if (h >= mrs_.size() || !mrs_[h].mr) return Fail(env, "EINVAL", "deregMr: unknown handle");
+    // deregMr(handle, keepMemory): keepMemory when an operation on the region was abandoned
+    // (its QP failed or closed) while the provider may still read or write the bytes.
+    bool keep = info.Length() > 1 && info[1].IsBoolean() && info[1].As<Napi::Boolean>().Value();
     int rc = fi_close(&mrs_[h].mr->fid);
     napi_delete_reference(env, mrs_[h].ref);
     // A registration the provider would not close may still be written into: its memory stays
-    // until the endpoint closes.
-    if (rc && mrs_[h].store) retired_.push_back(std::move(mrs_[h].store));
+    // until the endpoint closes. So does one the caller says the provider may still use.
+    if ((rc || keep) && mrs_[h].store) retired_.push_back(std::move(mrs_[h].store));
     mrs_[h] = Mr();
     freeMrs_.push_back(h);
     if (rc) return Fail(env, "ETRANSPORT", Err("fi_close(mr)", rc));

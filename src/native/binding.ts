@@ -51,7 +51,8 @@ export interface OfiEndpoint {
   avRemove(fiAddr: number): void;
   /** Registers memory in place (kept alive until deregMr); `key` is used when the provider does not pick keys. */
   regMr(view: ArrayBuffer | ArrayBufferView, requestedKey?: bigint): { handle: number; key: bigint; base: bigint };
-  deregMr(handle: number): void;
+  /** Closes a registration; `keepMemory`: its memory stays referenced until close() (the provider may still use it). */
+  deregMr(handle: number, keepMemory?: boolean): void;
   bindCommands(words: Uint32Array): void;
   bindCompletions(words: Uint32Array): void;
   /** Posts the first n bound commands; returns how many were accepted (stops at EAGAIN or a failed post). */

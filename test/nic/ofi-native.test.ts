@@ -227,6 +227,63 @@ api('a registered heap buffer that is transferred away and collected: its memory
     }
   }
 });
+api('a region deregistered with operations on it in flight keeps its memory until they complete; one still queued fails with ECLOSED and never reaches the fabric', async () => {
+  // Without the deferral, deregister() let go of the heap buffer's memory at once: collected
+  // after a transfer (64 MiB: an mmap of its own, unmapped at free), the READs' bytes then
+  // landed in unmapped memory. And an operation queued behind a full in-flight ring was issued
+  // later with its region's freed registration handle, which a new registration may reuse.
+  v8.setFlagsFromString('--expose-gc');
+  const gc = vm.runInNewContext('gc') as () => void;
+  for (const [provider, fabric] of providers) {
+    if (!available.includes(fabric)) continue;
+    const dev = await createDevice({ provider, label: 'rank 0' });
+    try {
+      const qp = dev.createQueuePair({ peerLabel: 'self' });
+      const peer = dev.createQueuePair({ peerLabel: 'rank 0 (loop)' });
+      qp.connect(peer.address());
+      peer.connect(qp.address());
+      const src = dev.allocate(1 << 20);
+      src.bytes.fill(0x77);
+      const remote = qp.importRegion(src.descriptor());
+      const a = dev.allocate(4096);
+      const b = dev.allocate(4096);
+      // A first READ verifies the imported region: later ones go to the fabric at once.
+      qp.postRead(a, 0, remote, 0, 64, 100, true);
+      let verified = false;
+      await pump(dev, (i) => (mustSucceed(i), (verified = true)), () => verified);
+      // In flight: READs into heap memory, deregistered and collected before their bytes land.
+      let heap: ArrayBuffer | undefined = new ArrayBuffer(64 << 20);
+      const inFlight = dev.register(new Uint8Array(heap));
+      for (let k = 0; k < 8; k++) qp.postRead(inFlight, k * (8 << 20), remote, 0, 1 << 20, k, true);
+      await Promise.resolve(); // the posts' flush (a microtask) hands them to libfabric
+      inFlight.deregister();
+      structuredClone(heap, { transfer: [heap] });
+      heap = undefined;
+      for (let i = 0; i < 3; i++) {
+        gc();
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      let done = 0;
+      await pump(dev, (i) => (mustSucceed(i), done++), () => done === 8);
+      // Queued: the in-flight ring (1024 slots) full of small READs, one more waits behind them.
+      for (let k = 0; k < 1024; k++) qp.postRead(a, 0, remote, 0, 64, k, false);
+      qp.postRead(b, 0, remote, 0, 4096, 5000, true);
+      assert.ok(qp.pendingOps > 1024, `${provider}: the last READ did not wait (${qp.pendingOps} pending)`);
+      b.deregister();
+      let outcome = '';
+      await pump(dev, (i) => (outcome = `${batch.wrId[i]} ${statusName(batch.status[i])}: ${batch.errors[i]?.message ?? ''}`), () => outcome !== '');
+      assert.match(outcome, /^5000 FLUSHED: rank 0: READ \(wr 5000\) toward self not executed: its local memory region was deregistered/, `${provider}: ${outcome}`);
+      assert.is(b.bytes[0], 0, `${provider}: the refused READ wrote into the deregistered region`);
+      // The QP goes on working.
+      qp.postRead(a, 0, remote, 0, 64, 6000, true);
+      let ok = false;
+      await pump(dev, (i) => (mustSucceed(i), (ok = true)), () => ok);
+      assert.is(a.bytes[0], 0x77);
+    } finally {
+      dev.close();
+    }
+  }
+});
 api.run();
 
 for (const [provider, fabric] of providers) {

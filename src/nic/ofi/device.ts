@@ -161,7 +161,15 @@ export class OfiDevice implements Device, QpHost {
   release(region: OfiMemoryRegion): void {
     this.regions.delete(region);
     this.freeSlots.push(region.slot);
-    if (!this.closed) this.ep.deregMr(region.handle);
+    if (this.closed) return; // ep.close() releases every registration after the endpoint
+    if (region.inFlight > 0) region.releasePending = true;
+    else this.ep.deregMr(region.handle, region.pinned);
+  }
+
+  /** The last in-flight operation on a deregistered region ended (QpHost). */
+  releaseSettled(region: OfiMemoryRegion): void {
+    region.releasePending = false;
+    if (!this.closed) this.ep.deregMr(region.handle, region.pinned);
   }
 
   createQueuePair(options: QueuePairOptions = {}): QueuePair {

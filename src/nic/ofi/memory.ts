@@ -28,6 +28,19 @@ export interface RegionOwner {
 export class OfiMemoryRegion implements MemoryRegion {
   readonly byteLength: number;
   deregistered = false;
+  /**
+   * Operations issued to the fabric with this region as their local memory, not yet
+   * completed. A region deregistered meanwhile keeps its registration (and its memory) until
+   * they are: the provider reads a WRITE's bytes and fills a READ's after the post.
+   */
+  inFlight = 0;
+  /** Deregistered while `inFlight` > 0: the device releases it when that reaches 0. */
+  releasePending = false;
+  /**
+   * An operation on it was abandoned (its QP failed or closed) while the provider may still
+   * use the bytes: its memory stays until the endpoint closes.
+   */
+  pinned = false;
   constructor(
     readonly owner: RegionOwner,
     readonly bytes: Uint8Array,

@@ -53,6 +53,8 @@ export interface QpHost {
   detach(qp: OfiQueuePair): void;
   /** Hands staged commands to libfabric now. */
   flush(): void;
+  /** A deregistered region's last in-flight operation ended: release its registration now. */
+  releaseSettled(region: OfiMemoryRegion): void;
 }
 
 interface PendingOp {
@@ -110,6 +112,8 @@ export class OfiQueuePair extends QueuePairBase implements QueuePair {
   private readonly rLen = new Uint32Array(L.RING);
   private readonly rAt = new Float64Array(L.RING);
   private readonly rErr: (WeftError | undefined)[] = new Array(L.RING).fill(undefined);
+  /** Each slot's local region while the fabric may use it (OfiMemoryRegion.inFlight). */
+  private readonly rLocal: (OfiMemoryRegion | undefined)[] = new Array(L.RING).fill(undefined);
   private inflightReads = 0;
   private inflightWrites = 0;
   private readonly sq: PendingOp[] = [];
@@ -242,6 +246,9 @@ export class OfiQueuePair extends QueuePairBase implements QueuePair {
   /** Stages one operation for the fabric (or completes it with an error); false = must wait. */
   private tryIssue(op: number, local: OfiMemoryRegion, lOff: number, remote: OfiRemoteRegion, rOff: number, len: number, imm: number, wrId: number, signaled: boolean): boolean {
     if (((this.tail - this.head) | 0) >= L.RING) return false;
+    // Queued before its region was deregistered: the registration's handle may serve another
+    // region by now, so the operation must not reach the fabric.
+    if (local.deregistered) return this.completeNow(op, wrId, Status.FLUSHED, new WeftError('ECLOSED', `${this.host.label}: ${OP_NAMES[op]} (wr ${wrId}) toward ${this.peerLabel} not executed: its local memory region was deregistered while the operation waited to be issued`));
     if (remote.state !== VALID) {
       if (remote.state === INVALID) return this.completeNow(op, wrId, Status.REMOTE_ACCESS, this.accessError(op, wrId, remote, rOff, len));
       // One read in the VERIFY slot at a time: a liveness probe in flight goes first.
@@ -282,6 +289,8 @@ export class OfiQueuePair extends QueuePairBase implements QueuePair {
     this.rWr[i] = wrId;
     this.rLen[i] = len;
     this.rAt[i] = performance.now();
+    this.rLocal[i] = local;
+    local.inFlight++;
     if (op === Opcode.READ) this.inflightReads++;
     else this.inflightWrites++;
     const c = this.host.cmds;
@@ -386,6 +395,7 @@ export class OfiQueuePair extends QueuePairBase implements QueuePair {
     const i = seq & MASK;
     if (((seq - this.head) | 0) < 0 || ((this.tail - seq) | 0) <= 0 || this.rDone[i]) return;
     this.rDone[i] = 1;
+    this.settleLocal(i, false);
     if (this.rOp[i] === Opcode.READ) this.inflightReads--;
     else this.inflightWrites--;
     if (!ok) {
@@ -398,6 +408,18 @@ export class OfiQueuePair extends QueuePairBase implements QueuePair {
     }
     if (seq === this.head) this.retire();
     if (this.sq.length > 0) this.host.queued(this);
+  }
+
+  /**
+   * Slot `i` no longer uses its local region: the fabric completed the operation, or
+   * (`abandoned`) this QP gave up on it while the provider may still use the bytes.
+   */
+  private settleLocal(i: number, abandoned: boolean): void {
+    const r = this.rLocal[i];
+    if (r === undefined) return;
+    this.rLocal[i] = undefined;
+    if (abandoned) r.pinned = true;
+    if (--r.inFlight === 0 && r.releasePending) this.host.releaseSettled(r);
   }
 
   /** A WRITE_IMM from the peer landed (the CQ reports it); returns its length. */
@@ -446,6 +468,7 @@ export class OfiQueuePair extends QueuePairBase implements QueuePair {
     const i = seq & MASK;
     this.rOp[i] = op;
     this.rDone[i] = 1;
+    this.rLocal[i] = undefined;
     this.rStatus[i] = status;
     this.rSig[i] = 0;
     this.rWr[i] = wrId;
@@ -543,6 +566,7 @@ export class OfiQueuePair extends QueuePairBase implements QueuePair {
       const i = s & MASK;
       if (this.rDone[i]) continue;
       this.rDone[i] = 1;
+      this.settleLocal(i, true);
       this.rStatus[i] = status;
       this.rErr[i] = this.opError(this.rOp[i], this.rWr[i], status);
     }
