@@ -137,6 +137,35 @@ if (why) {
     assert.not.match(r.out, /allreduce|barrier/);
   });
 
+  test('a host killed under ep.request(): the pending requests fail naming the rank within the engine\'s peer timeout, not the request\'s 60 s', async () => {
+    let victim: import('node:child_process').ChildProcess | undefined;
+    let seen = '';
+    const job = runOnHosts(hosts, {
+      perHost: [1, 1],
+      script: HOSTS_RANK,
+      args: ['rpcdead'],
+      store: redis,
+      timeoutMs: 90_000,
+      onStart: (host, child) => {
+        if (host === 0) child.stdout!.on('data', (d) => (seen += d));
+        else victim = child;
+      },
+    });
+    const t0 = performance.now();
+    while (performance.now() - t0 < 60_000 && !/rpc looping rank 0/.test(seen)) await new Promise((res) => setTimeout(res, 100));
+    assert.match(seen, /rpc looping rank 0/, 'rank 0 never got 100 answers');
+    process.kill(-(victim!.pid as number), 'SIGKILL');
+    const r = await job;
+    const m = /rpcdead rank 0 after (\d+) ms (\w+): (.*)/.exec(r.out);
+    assert.ok(m, r.out.slice(-3000));
+    // The peer timeout is 2 s; the probe runs every few hundred ms. Before the idle loop of
+    // request()'s driver checked for silent peers, these requests waited out their 60 s.
+    assert.ok(Number(m![1]) < 30_000, `rank 0 took ${m![1]} ms`);
+    assert.match(m![2], /^(EPEERDEAD|ETRANSPORT)$/, m![0]);
+    assert.match(m![3], /rank 1/, m![0]);
+    assert.not.match(r.out, /leaked in \/dev\/shm/);
+  });
+
   test('every rank of one host SIGKILLed: the ranks on the other hosts fail within their timeout, naming a rank of that host; the same job then runs again', async () => {
     const prefix = `killed-${randomBytes(4).toString('hex')}`;
     let victim: import('node:child_process').ChildProcess | undefined;

@@ -9,9 +9,14 @@
 //   near   2,000 blocking 8-byte allreduces (hierarchical); prints "near rank R: sum S, fabric
 //          skips K of P polls": a rank that is not its host's leader waits on shared memory only
 //          and should leave the idle fabric unread on most polls
+//   rpcdead rank 1 serves copyrpc requests (echo); rank 0 keeps 4 in flight toward it with a 60 s
+//          timeout and prints "rpc looping rank 0" after 100 answers; once the test has killed
+//          rank 1's host, rank 0 prints "rpcdead rank 0 after N ms CODE: message" (N since the
+//          last answer). The engine's peer timeout is 2 s.
 //   badarg rank 1 passes a wrong allgather output, then a wrong reduceScatter input, then a bad
 //          timeoutMs to allreduce; every rank prints "badarg rank R: CODE after N ms" for each
 import { init, type WeftError } from '../../../src/index.js';
+import { connectRpcMesh } from '../../../src/rpc/index.js';
 
 const mode = process.argv[2] ?? 'info';
 const ctx = await init({ timeoutMs: Number(process.env.WEFT_TEST_TIMEOUT ?? 30_000) });
@@ -53,6 +58,31 @@ if (mode === 'info') {
   console.log(`near rank ${rank} (local ${ctx.localRank}): wrong ${wrong}, fabric skips ${(cq.fabricSkips ?? NaN) - before}`);
   ctx.barrierSync();
   await ctx.close();
+} else if (mode === 'rpcdead') {
+  const rpc = ctx.rpc({ peerTimeoutMs: 2000 });
+  const eps = await connectRpcMesh(ctx.store, rpc, rank, size, { timeoutMs: 30_000 });
+  if (rank === 1) {
+    rpc.serve((payload) => payload);
+    await new Promise(() => {}); // until the test kills this host
+  }
+  const peer = eps[1]!;
+  let answered = 0;
+  let last = performance.now();
+  const one = async () => {
+    for (;;) {
+      const bytes = new Uint8Array([answered & 0xff, 7]);
+      const reply = await peer.request(bytes, { timeoutMs: 60_000 });
+      if (reply[0] !== bytes[0] || reply[1] !== 7) throw new Error(`rank 0: the echo came back as ${[...reply]}`);
+      last = performance.now();
+      if (++answered === 100) console.log('rpc looping rank 0');
+    }
+  };
+  try {
+    await Promise.all([one(), one(), one(), one()]);
+  } catch (err) {
+    console.log(`rpcdead rank 0 after ${Math.round(performance.now() - last)} ms ${(err as WeftError).code}: ${(err as Error).message}`);
+  }
+  await ctx.close({ timeoutMs: 3000 });
 } else if (mode === 'badarg') {
   // Each call in a job of its own: the first refusal aborts the job, as a flat call's does.
   const which = process.argv[3];
