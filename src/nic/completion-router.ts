@@ -38,6 +38,13 @@ interface Waiter {
   reject(err: unknown): void;
 }
 
+/**
+ * The shared loop looks at every async waiter about this often while nothing arrives.
+ * (Before, a request() toward a host SIGKILLed under it waited out its own 60 s timeout: the
+ * request driver's idle wait had no deadline, and its silent-peer check never ran.)
+ */
+const LOOK_MS = 250;
+
 /** QP numbers are below this on both providers (layout MAX_QPS). */
 const MAX_QPN = 1024;
 
@@ -264,6 +271,19 @@ export class CompletionRouter {
     this.failAll(err);
   }
 
+  /**
+   * Between the loop's sleeps: every LOOK_MS, settles the waiters whose condition holds
+   * although nothing arrived (a copyrpc engine's silent-peer check, toward a host that died
+   * and sends nothing); the loop then goes round.
+   */
+  private lastLook = 0;
+  private readonly look = (): void => {
+    const now = performance.now();
+    if (now - this.lastLook < LOOK_MS) return;
+    this.lastLook = now;
+    if (this.settle() > 0) this.kicked = true;
+  };
+
   private readonly loopReady = (): boolean => this.loopPoll() > 0 || this.kicked;
 
   /** The shared loop's poll: pollNear while every async waiter is near. */
@@ -309,7 +329,7 @@ export class CompletionRouter {
         }
         this.kicked = false;
         try {
-          await waitAsync(this.loopReady, this.loopBell, { oversubscribed: this.oversubscribed, call: this.loopCall() });
+          await waitAsync(this.loopReady, this.loopBell, { oversubscribed: this.oversubscribed, call: this.loopCall(), probe: this.look });
         } catch (err) {
           if ((err as WeftError).code !== 'ETIMEDOUT') this.failAll(err);
         }

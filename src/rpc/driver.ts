@@ -58,12 +58,6 @@ class PendingRequest<U> {
 }
 
 const EMPTY = new Uint8Array(0);
-/**
- * An idle driver looks at its endpoints at least this often (RpcEngine.checkSilentPeers,
- * which itself looks at most every 200 ms): a request toward a host that died fails after
- * the engine's peerTimeoutMs, not after its own timeout. An idle server wakes 4 times a second.
- */
-const IDLE_LOOK_MS = 250;
 
 interface Serving {
   handler: ServeHandler;
@@ -84,10 +78,10 @@ export class Driver<U> {
   private kicked = false;
   private turns = 0;
   /** The idle wait has no deadline of its own: requests time out on their timers. */
-  private readonly idleCall: { deadline: Deadline; readonly what: string };
+  private readonly idleCall: { deadline: Deadline; what: string };
 
   constructor(private readonly engine: RpcEngine<U>) {
-    this.idleCall = { deadline: new Deadline(IDLE_LOOK_MS), what: `${engine.label}: rpc driver` };
+    this.idleCall = { deadline: new Deadline(Infinity), what: `${engine.label}: rpc driver` };
   }
 
   request(ep: Endpoint<U>, bytes: Uint8Array, options: RequestOptions = {}): Promise<Uint8Array> {
@@ -223,9 +217,6 @@ export class Driver<U> {
     this.engine.flush();
     this.engine.onDirtyWhileIdle = this.wake;
     try {
-      // Not longer than a silent-peer look apart: the shared loop re-checks its waiters only
-      // when something arrives or a deadline passes, and toward a host that died nothing arrives.
-      this.idleCall.deadline = new Deadline(IDLE_LOOK_MS);
       await this.engine.router.waitAsync(this.idleReady, this.idleCall);
     } catch (err) {
       const code = (err as WeftError).code;
