@@ -14,6 +14,7 @@ import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { Command, InvalidArgumentError, Option } from 'commander';
+import { fabricStatus } from 'weftjs';
 import { createPollController, POLL_CONTROLLER_SPECS } from 'weftjs/rpc';
 import { integerAtLeast, runIfMain } from '../lib/command.js';
 import { resultsDir } from '../lib/stats.js';
@@ -148,6 +149,12 @@ export function kvCommand(): Command {
 function check(o: KvOptions): void {
   if (o.nodeRank >= o.nnodes) throw new Error(`--node-rank ${o.nodeRank} is outside [0, ${o.nnodes})`);
   if (o.nnodes > 1 && !(o.store ?? process.env.WEFT_STORE)) throw new Error('several hosts need --store URL (or WEFT_STORE): a store every host reaches');
+  if (o.provider === 'ofi' || o.nnodes > 1) {
+    // Checked here, once: each rank would otherwise fail in init with the provider's error.
+    const f = fabricStatus();
+    const why = o.provider === 'ofi' ? '--provider ofi' : 'a run across hosts';
+    if (!f.available) throw new Error(`${why} needs libfabric, which this build of weft cannot use: ${f.reason}; install libfabric-dev (Debian) and rebuild (npm rebuild weftjs --build-from-source), or run on one host with --provider auto`);
+  }
   if (o.keys > 2 ** 32) throw new Error('--keys: keys are u32 on the wire here (at most 2^32)');
   if (o.distribution.kind === 'zipfian' && o.keys > ZIPF_MAX_KEYS) throw new Error(`--keys: zipfian keys are tabulated, at most ${ZIPF_MAX_KEYS}`);
   for (const p of o.peers) if (p !== 'redis' && p !== 'redis-benchmark') throw new Error(`--peers: unknown peer ${p} (redis, redis-benchmark, or none)`);

@@ -1,7 +1,8 @@
 /** `weft info`: version, providers, host identity and shared-memory limits. */
 import { readFileSync, statfsSync } from 'node:fs';
 import path from 'node:path';
-import { native, nativeOrigin, packageRoot } from '../native/binding.js';
+import { nativeOrigin, packageRoot } from '../native/binding.js';
+import { fabricStatus } from '../nic/index.js';
 import { localIdentity } from '../host/identity.js';
 import { listSegments } from '../host/segments.js';
 
@@ -25,15 +26,10 @@ function readNumber(file: string): number | null {
 
 export function collectInfo(): InfoReport {
   const pkg = JSON.parse(readFileSync(path.join(packageRoot, 'package.json'), 'utf8')) as { version: string };
-  const ofi = native.ofi as { available: boolean; reason?: string; version?: string; providers?: () => string[] };
+  const ofi = fabricStatus();
   const providers = [{ name: 'shm', available: true, detail: 'pure TypeScript over /dev/shm (one host)' }];
   if (ofi.available) {
-    let list: string[] = [];
-    try {
-      list = typeof ofi.providers === 'function' ? ofi.providers() : [];
-    } catch (err) {
-      list = [`(fi_getinfo failed: ${(err as Error).message})`];
-    }
+    const list = ofi.error ? [`(${ofi.error})`] : ofi.providers;
     providers.push({ name: 'ofi', available: true, detail: `libfabric ${ofi.version ?? '?'}; fabric providers with RDM + RMA: ${list.join(', ') || 'none'}` });
   } else {
     providers.push({ name: 'ofi', available: false, detail: ofi.reason ?? 'built without libfabric' });

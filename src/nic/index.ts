@@ -33,6 +33,38 @@ export const OFI_PROVIDERS: Record<string, string> = {
   efa: 'efa',
 };
 
+/** What `fabricStatus()` reports. */
+export interface FabricStatus {
+  /** weft's native core was built with libfabric and loaded it. */
+  readonly available: boolean;
+  /** Why not, when it is not (e.g. built without libfabric-dev). */
+  readonly reason?: string;
+  /** libfabric's version, e.g. '1.17.0'. */
+  readonly version?: string;
+  /** Fabric providers with RDM endpoints and RMA (e.g. 'tcp;ofi_rxm', 'shm'); empty if none or not available. */
+  readonly providers: readonly string[];
+  /** fi_getinfo failed: its message (providers is then empty). */
+  readonly error?: string;
+}
+
+/**
+ * Whether provider 'ofi' (libfabric) can be used here, and over which fabrics: ask before
+ * launching a job that needs it, rather than have every rank fail in init.
+ *
+ * @example
+ * const f = fabricStatus();
+ * if (!f.available) console.error(`no fabric here: ${f.reason}`);
+ */
+export function fabricStatus(): FabricStatus {
+  const ofi = native.ofi as { available: boolean; reason?: string; version?: string; providers?: () => string[] };
+  if (!ofi.available) return { available: false, reason: ofi.reason ?? 'built without libfabric', providers: [] };
+  try {
+    return { available: true, version: ofi.version, providers: typeof ofi.providers === 'function' ? ofi.providers() : [] };
+  } catch (err) {
+    return { available: true, version: ofi.version, providers: [], error: `fi_getinfo failed: ${(err as Error).message}` };
+  }
+}
+
 /** Parses a provider string ('shm', 'ofi', 'ofi:tcp', 'ofi:shm', 'ofi:verbs;ofi_rxm', ...). */
 export function parseProvider(spec: string | undefined): { kind: 'shm' } | { kind: 'ofi'; fabric: string } {
   const s = spec ?? process.env.WEFT_PROVIDER ?? 'shm';

@@ -155,6 +155,11 @@ if (!hideable && existsSync(ofiAddon)) console.log('  skipped "without libfabric
   assert.is(out.available, false);
   assert.match(out.reason, /libfabric is not installed .*apt-get install libfabric1/);
   assert.match(out.err, /provider ofi is not available: libfabric is not installed/);
+  // A benchmark that needs the fabric says so before it launches ranks (each failed in init).
+  const bench = spawnSync('unshare', ['-m', 'sh', '-c', 'mount --bind /dev/null "$1" && shift && exec "$@"', 'sh', lib, process.execPath, WEFT, 'bench', 'kv', '--provider', 'ofi', '--ranks', '1', '--peers', 'none', '--duration', '0.5'], { encoding: 'utf8', timeout: 60_000 });
+  assert.is.not(bench.status, 0, bench.stdout);
+  assert.match(bench.stderr, /--provider ofi needs libfabric, which this build of weft cannot use: libfabric is not installed/, bench.stderr);
+  assert.not.match(bench.stderr, /\[rank 0\]/, 'a rank was launched');
 });
 
 test.run();
