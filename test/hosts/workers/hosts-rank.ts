@@ -6,9 +6,9 @@
 //   wake   rank 0 waits (blocking) for a message rank 1 (on another host) sends 300 ms later,
 //          long enough for the wait to go to sleep; prints how many times the fabric's relay
 //          rang the sleeper's doorbell during that wait
-//   near   2,000 blocking 8-byte allreduces (hierarchical); prints "near rank R: sum S, fabric
-//          skips K of P polls": a rank that is not its host's leader waits on shared memory only
-//          and should leave the idle fabric unread on most polls
+//   near   info, then 2,000 blocking 8-byte allreduces (hierarchical); prints "near rank R (local
+//          L): wrong W, fabric skips K": a rank that is not its host's leader waits on shared
+//          memory only and should leave the idle fabric unread on most polls
 //   rpcdead rank 1 serves copyrpc requests (echo); rank 0 keeps 4 in flight toward it with a 60 s
 //          timeout and prints "rpc looping rank 0" after 100 answers; once the test has killed
 //          rank 1's host, rank 0 prints "rpcdead rank 0 after N ms CODE: message" (N since the
@@ -22,10 +22,11 @@ const mode = process.argv[2] ?? 'info';
 const ctx = await init({ timeoutMs: Number(process.env.WEFT_TEST_TIMEOUT ?? 30_000) });
 const { rank, size } = ctx;
 
-if (mode === 'info') {
+if (mode === 'info' || mode === 'near') {
   const hosts = [...Array(size).keys()].map((r) => ctx.hostOf(r));
   console.log(`info rank ${rank}: ${JSON.stringify({ localRank: ctx.localRank, localSize: ctx.localSize, hosts, provider: ctx.device.providerName })}`);
   await ctx.barrier();
+  if (mode === 'near') near();
   await ctx.close();
 } else if (mode === 'wake') {
   const x = new Float64Array(1);
@@ -41,21 +42,6 @@ if (mode === 'info') {
     ctx.recvSync(x, 1);
     console.log(`wake rank 0: got ${x[0]}, relay rang ${(fabric?.relayRings() ?? NaN) - before}`);
   }
-  ctx.barrierSync();
-  await ctx.close();
-} else if (mode === 'near') {
-  const cq = (ctx.device as unknown as { cq: { fabricSkips?: number; polls?: number } }).cq;
-  const x = new Float64Array(1);
-  let wrong = 0;
-  ctx.barrierSync();
-  const before = cq.fabricSkips ?? NaN;
-  for (let i = 0; i < 2000; i++) {
-    x[0] = rank + i;
-    ctx.allreduceSync(x);
-    // 0 + 1 + ... + (size-1) + size * i
-    if (x[0] !== (size * (size - 1)) / 2 + size * i) wrong++;
-  }
-  console.log(`near rank ${rank} (local ${ctx.localRank}): wrong ${wrong}, fabric skips ${(cq.fabricSkips ?? NaN) - before}`);
   ctx.barrierSync();
   await ctx.close();
 } else if (mode === 'rpcdead') {
@@ -113,4 +99,21 @@ if (mode === 'info') {
     console.log(`rank ${rank} error after ${Math.round(performance.now() - t0)} ms ${(err as WeftError).code}: ${(err as Error).message}`);
   }
   await ctx.close({ timeoutMs: 3000 });
+}
+
+/** Mode 'near' (see the top). */
+function near(): void {
+  const cq = (ctx.device as unknown as { cq: { fabricSkips?: number } }).cq;
+  const x = new Float64Array(1);
+  let wrong = 0;
+  ctx.barrierSync();
+  const before = cq.fabricSkips ?? NaN;
+  for (let i = 0; i < 2000; i++) {
+    x[0] = rank + i;
+    ctx.allreduceSync(x);
+    // 0 + 1 + ... + (size-1) + size * i
+    if (x[0] !== (size * (size - 1)) / 2 + size * i) wrong++;
+  }
+  console.log(`near rank ${rank} (local ${ctx.localRank}): wrong ${wrong}, fabric skips ${(cq.fabricSkips ?? NaN) - before}`);
+  ctx.barrierSync();
 }
