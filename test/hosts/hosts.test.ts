@@ -103,9 +103,9 @@ if (why) {
     // not wait for a 1 ms slice to end (or, before the relay, the whole slice list).
     const r = await runOnHosts(hosts, { perHost: [1, 1], script: HOSTS_RANK, args: ['wake'], store: redis, timeoutMs: 60_000 });
     assert.equal(r.codes.slice(0, 2), [0, 0], r.out.slice(-3000));
-    const m = /wake rank 0: got 42, relay rang (\d+)/.exec(r.out);
-    assert.ok(m, r.out.slice(-3000));
-    assert.ok(Number(m![1]) >= 1, `the relay never rang: ${m![0]}`);
+    const rounds = [...r.out.matchAll(/wake rank 0: got 42, relay rang (\d+)/g)];
+    assert.ok(rounds.length >= 1, r.out.slice(-3000));
+    assert.ok(Number(rounds[rounds.length - 1][1]) >= 1, `the relay never rang in ${rounds.length} rounds: ${rounds.map((m) => m[0]).join('; ')}`);
   });
 
   test('a TcpStore on a network address: a launcher without the secret is refused; a client with a wrong one too', async () => {
