@@ -42,6 +42,7 @@ export interface KvOptions extends KvShape {
   workload?: 'A' | 'B' | 'C';
   duration: number;
   warmup: number;
+  settle: number;
   runs: number;
   epochs: number;
   peers: string[];
@@ -60,6 +61,11 @@ const int = integerAtLeast;
 const seconds = (v: string) => {
   const n = Number(v);
   if (!(n > 0)) throw new InvalidArgumentError('a positive number of seconds');
+  return n;
+};
+const nonNegativeSeconds = (v: string) => {
+  const n = Number(v);
+  if (!(n >= 0)) throw new InvalidArgumentError('a number of seconds >= 0');
   return n;
 };
 const pollControllerSpec = (v: string) => {
@@ -112,7 +118,8 @@ export function kvCommand(): Command {
     .addOption(new Option('--workload <w>', 'YCSB preset: A (50% reads), B (95%), C (100%), zipfian 0.99 keys').choices(['A', 'B', 'C']))
     .option('--locality <p>', 'probability that a request targets its own rank (default: uniform over ranks)', ratio)
     .option('--duration <s>', 'seconds per run', seconds, 3)
-    .option('--warmup <s>', `seconds of warm-up at least; it goes on (up to ${WARMUP_EXTRA_MAX_S} s more) until the throughput is steady`, seconds, 1)
+    .option('--warmup <s>', 'seconds of warm-up at least; it goes on (up to --settle s more) until the throughput is steady', seconds, 1)
+    .option('--settle <s>', 'seconds the warm-up may go on past --warmup until the throughput is steady (0: exactly --warmup, e.g. for a --verify run)', nonNegativeSeconds, WARMUP_EXTRA_MAX_S)
     .option('--runs <n>', 'runs per backend (the median is reported)', int(1), 3)
     .option('--epochs <n>', 'epochs per run; the fastest and slowest are trimmed', int(1), 5)
     .option('--peers <list>', "'redis,redis-benchmark' or 'none'", (v) => (v === 'none' ? [] : v.split(',')), ['redis', 'redis-benchmark'])
@@ -181,6 +188,7 @@ function runBackend(o: KvOptions, backend: Backend, onLine: (line: string) => vo
     timeoutMs: o.timeoutMs,
     duration: o.duration,
     warmup: o.warmup,
+    settle: o.settle,
     runs: o.runs,
     epochs: o.epochs,
   };
@@ -291,7 +299,7 @@ export async function runKv(o: KvOptions): Promise<number> {
     if (o.json) console.log(JSON.stringify(row));
   };
   // The warm-up goes past --warmup until steady: about a second more, typically.
-  const perBackend = o.warmup + 1 + o.runs * o.duration + 2;
+  const perBackend = o.warmup + Math.min(1, o.settle) + o.runs * o.duration + 2;
   let failed = 0;
   for (const backend of o.backends) {
     if (interrupted) break;
@@ -359,7 +367,7 @@ export async function runKv(o: KvOptions): Promise<number> {
     const warm = rows.filter((r) => r.warmup_steady !== null);
     if (warm.length) console.log(`warm-up: ${warm.map((r) => `${r.system} ${r.warmup_s!.toFixed(1)} s`).join(', ')} (--warmup ${o.warmup} s, then until the throughput was steady)`);
     const unsettled = warm.filter((r) => r.warmup_steady === false).map((r) => r.system);
-    if (unsettled.length) console.log(`note: the throughput of ${unsettled.join(', ')} had not settled ${WARMUP_EXTRA_MAX_S} s past --warmup; its runs started anyway and may be low`);
+    if (unsettled.length) console.log(`note: the throughput of ${unsettled.join(', ')} had not settled ${o.settle} s past --warmup (--settle); its runs started anyway and may be low`);
   }
   const dir = o.out ? path.resolve(o.out) : resultsDir();
   mkdirSync(dir, { recursive: true });

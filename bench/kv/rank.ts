@@ -15,7 +15,7 @@ import { fileURLToPath } from 'node:url';
 import { init } from 'weftjs';
 import { C, CLIENT_WORDS, CTL, D, LOOP_WORDS, SERIES_MAX, SERIES_WORDS, region } from './board.js';
 import type { KvConfig } from './config.js';
-import { RESULT_PREFIX, WARMUP_EXTRA_MAX_S, type RankPlan, type RankResult } from './result.js';
+import { RESULT_PREFIX, type RankPlan, type RankResult } from './result.js';
 import { BUCKETS, quantile } from './histogram.js';
 import type { SetupMessage } from './rpc-thread.js';
 
@@ -92,7 +92,8 @@ const WARM_WINDOW_MS = 200;
 const WARM_TOLERANCE = 0.25;
 
 /**
- * Warm-up: --warmup seconds, then on until the throughput is steady on every rank. The first
+ * Warm-up: --warmup seconds, then on (at most --settle seconds) until the throughput is steady
+ * on every rank. The first
  * second or so of a run goes at a tenth of the steady rate on this 2-core VM (the threads'
  * code is still interpreted, and V8's compiler threads compete with 8 busy ones), so a fixed
  * 0.3 s warm-up measured that start (0.02-0.14 Mops where the steady rate is 0.4). The ranks
@@ -110,7 +111,7 @@ async function warmUp(ops: () => number): Promise<{ seconds: number; steady: boo
     const rate = (ops() - before) / (performance.now() - t);
     const steady = previous > 0 && rate > 0 && Math.abs(rate - previous) <= WARM_TOLERANCE * Math.max(rate, previous);
     previous = rate;
-    const late = (performance.now() - t0) / 1000 >= plan.warmup + WARMUP_EXTRA_MAX_S;
+    const late = (performance.now() - t0) / 1000 >= plan.warmup + plan.settle;
     // Summed over ranks: 0 once every rank is steady or out of time.
     unsteady[0] = steady || late ? 0 : 1;
     if (failure) throw failure;

@@ -5,6 +5,8 @@ import type { KvConfig } from './config.js';
 export interface RankPlan extends Omit<KvConfig, 'rank' | 'ranks' | 'bindAddress' | 'oversubscribed' | 'job'> {
   duration: number;
   warmup: number;
+  /** Seconds the warm-up may go on past `warmup` until the throughput is steady (--settle). */
+  settle: number;
   runs: number;
   epochs: number;
 }
@@ -39,13 +41,13 @@ export interface RankResult {
   oversubscribed: boolean;
   /** Seconds of warm-up (--warmup, then on until the throughput was steady) on rank 0. */
   warmup_s: number;
-  /** False when the throughput had not settled after --warmup + 3 s (the runs started anyway). */
+  /** False when the throughput had not settled after --warmup + --settle s (the runs started anyway). */
   warmup_steady: boolean;
   series: { t_ms: number[]; outstanding: number[]; cqe_batch: number[]; setting: number[] };
 }
 
 export const RESULT_PREFIX = 'KVRESULT ';
 
-/** The warm-up goes on at most this long past --warmup when the throughput never settles. */
+/** The warm-up goes on at most this long past --warmup when the throughput never settles (--settle's default). */
 export const WARMUP_EXTRA_MAX_S = 3;
 
