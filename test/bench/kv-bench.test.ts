@@ -115,7 +115,7 @@ test('the poll controllers run in the daemon loops: --verify clean, the row name
     [['--poll-controller', 'min-batch', ...ofi], 'min-batch', 'delegation'],
     [['--poll-controller', 'batch-hold'], 'batch-hold', 'meta'],
   ] as [string[], string, string][]) {
-    const r = await bench(['--quick', '--duration', soak ? '1' : '0.5', '--settle', soak ? '3' : '0', '--verify', '--backends', soak ? 'delegation,meta' : backends, '--peers', 'none', ...args]);
+    const r = await bench(['--quick', '--duration', soak ? '1' : '0.5', '--verify', '--backends', soak ? 'delegation,meta' : backends, '--peers', 'none', ...args]);
     assert.is(r.code, 0, `${spec}: ${r.err.slice(-3000)}`);
     const rs = rows(r.out);
     assert.is(rs.length, soak ? 2 : 1);
@@ -137,6 +137,7 @@ test('the poll controllers run in the daemon loops: --verify clean, the row name
 test('bad options are refused with a message', async () => {
   for (const [args, re] of [
     [['--backends', 'nope'], /backends are meta, delegation, direct/],
+    [['--settle', '-1'], /seconds >= 0/],
     [['--distribution', 'zipfian:x'], /uniform/],
     [['--nnodes', '2', '--peers', 'none'], /several hosts need --store/],
     [['--poll-controller', 'bogus'], /none \| fixed:N \| adaptive \| min-batch \| batch-hold/],

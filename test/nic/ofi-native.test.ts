@@ -188,21 +188,35 @@ api('malformed address and descriptor bytes are EPROTO; waits time out and abort
     }
   }
 });
+/** A QP of `dev` connected to a second QP of the same device (label 'self'). */
+function loopback(dev: Device): QueuePair {
+  const qp = dev.createQueuePair({ peerLabel: 'self' });
+  const peer = dev.createQueuePair({ peerLabel: 'rank 0 (loop)' });
+  qp.connect(peer.address());
+  peer.connect(qp.address());
+  return qp;
+}
+
+/** Runs V8's full GC three times, 20 ms apart (the allocator's frees and finalizers run). */
+async function collectGarbage(): Promise<void> {
+  v8.setFlagsFromString('--expose-gc');
+  const gc = vm.runInNewContext('gc') as () => void;
+  for (let i = 0; i < 3; i++) {
+    gc();
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
 api('a registered heap buffer that is transferred away and collected: its memory stays registered, a READ into it succeeds (no write into freed memory)', async () => {
   // The registration pins the buffer's backing store: after a transfer (postMessage or
   // structuredClone with transfer) the receiver owns the memory, and once the receiver is
   // collected the allocator would free it (64 MiB: an mmap of its own, unmapped at free) while
   // the provider still writes READ responses and peers' WRITEs there.
-  v8.setFlagsFromString('--expose-gc');
-  const gc = vm.runInNewContext('gc') as () => void;
   for (const [provider, fabric] of providers) {
     if (!available.includes(fabric)) continue;
     const dev = await createDevice({ provider, label: 'rank 0' });
     try {
-      const qp = dev.createQueuePair({ peerLabel: 'self' });
-      const peer = dev.createQueuePair({ peerLabel: 'rank 0 (loop)' });
-      qp.connect(peer.address());
-      peer.connect(qp.address());
+      const qp = loopback(dev);
       const src = dev.allocate(4096);
       src.bytes.fill(0x77);
       const remote = qp.importRegion(src.descriptor());
@@ -213,10 +227,7 @@ api('a registered heap buffer that is transferred away and collected: its memory
       assert.is(moved.byteLength, 64 << 20);
       heap = undefined;
       moved = undefined;
-      for (let i = 0; i < 3; i++) {
-        gc();
-        await new Promise((r) => setTimeout(r, 20));
-      }
+      await collectGarbage();
       for (let k = 0; k < 8; k++) qp.postRead(mr, k * (8 << 20), remote, 0, 4096, k, true);
       let done = 0;
       await pump(dev, (i) => (mustSucceed(i), done++), () => done === 8);
@@ -232,16 +243,11 @@ api('a region deregistered with operations on it in flight keeps its memory unti
   // after a transfer (64 MiB: an mmap of its own, unmapped at free), the READs' bytes then
   // landed in unmapped memory. And an operation queued behind a full in-flight ring was issued
   // later with its region's freed registration handle, which a new registration may reuse.
-  v8.setFlagsFromString('--expose-gc');
-  const gc = vm.runInNewContext('gc') as () => void;
   for (const [provider, fabric] of providers) {
     if (!available.includes(fabric)) continue;
     const dev = await createDevice({ provider, label: 'rank 0' });
     try {
-      const qp = dev.createQueuePair({ peerLabel: 'self' });
-      const peer = dev.createQueuePair({ peerLabel: 'rank 0 (loop)' });
-      qp.connect(peer.address());
-      peer.connect(qp.address());
+      const qp = loopback(dev);
       const src = dev.allocate(1 << 20);
       src.bytes.fill(0x77);
       const remote = qp.importRegion(src.descriptor());
@@ -259,10 +265,7 @@ api('a region deregistered with operations on it in flight keeps its memory unti
       inFlight.deregister();
       structuredClone(heap, { transfer: [heap] });
       heap = undefined;
-      for (let i = 0; i < 3; i++) {
-        gc();
-        await new Promise((r) => setTimeout(r, 20));
-      }
+      await collectGarbage();
       let done = 0;
       await pump(dev, (i) => (mustSucceed(i), done++), () => done === 8);
       // Queued: the in-flight ring (1024 slots) full of small READs, one more waits behind them.
