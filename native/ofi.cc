@@ -288,13 +288,15 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
     // and a buffer that was transferred away may have no other owner left.
     std::vector<std::shared_ptr<v8::BackingStore>> stores = std::move(retired_);
     retired_.clear();
-    for (Mr& m : mrs_) {
-      if (m.mr) fi_close(&m.mr->fid);
-      if (m.ref && env) napi_delete_reference(env, m.ref);
-      if (m.store) stores.push_back(std::move(m.store));
-      m = Mr();
+    for (std::vector<Mr>* list : {&mrs_, &pinned_}) {
+      for (Mr& m : *list) {
+        if (m.mr) fi_close(&m.mr->fid);
+        if (m.ref && env) napi_delete_reference(env, m.ref);
+        if (m.store) stores.push_back(std::move(m.store));
+        m = Mr();
+      }
+      list->clear();
     }
-    mrs_.clear();
     freeMrs_.clear();
     if (ep_) fi_close(&ep_->fid);
     if (av_) fi_close(&av_->fid);
@@ -404,11 +406,19 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
     // deregMr(handle, keepMemory): keepMemory when an operation on the region was abandoned
     // (its QP failed or closed) while the provider may still read or write the bytes.
     bool keep = info.Length() > 1 && info[1].IsBoolean() && info[1].As<Napi::Boolean>().Value();
+    if (keep) {
+      // The provider may still read the registration (its descriptor) and the bytes: both
+      // stay, with the JS object, until the endpoint closes; the handle number is free again.
+      pinned_.push_back(std::move(mrs_[h]));
+      mrs_[h] = Mr();
+      freeMrs_.push_back(h);
+      return env.Undefined();
+    }
     int rc = fi_close(&mrs_[h].mr->fid);
     napi_delete_reference(env, mrs_[h].ref);
     // A registration the provider would not close may still be written into: its memory stays
-    // until the endpoint closes. So does one the caller says the provider may still use.
-    if ((rc || keep) && mrs_[h].store) retired_.push_back(std::move(mrs_[h].store));
+    // until the endpoint closes.
+    if (rc && mrs_[h].store) retired_.push_back(std::move(mrs_[h].store));
     mrs_[h] = Mr();
     freeMrs_.push_back(h);
     if (rc) return Fail(env, "ETRANSPORT", Err("fi_close(mr)", rc));
@@ -733,6 +743,9 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
   std::vector<Mr> mrs_;
   // Memory of registrations whose fi_close failed: released in Cleanup, after the endpoint.
   std::vector<std::shared_ptr<v8::BackingStore>> retired_;
+  // Registrations deregistered while an abandoned operation may still use them (deregMr's
+  // keepMemory): open, with their memory, until Cleanup.
+  std::vector<Mr> pinned_;
   std::vector<uint32_t> freeMrs_;
   Bound cmd_;
   Bound out_;

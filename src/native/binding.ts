@@ -51,7 +51,7 @@ export interface OfiEndpoint {
   avRemove(fiAddr: number): void;
   /** Registers memory in place (kept alive until deregMr); `key` is used when the provider does not pick keys. */
   regMr(view: ArrayBuffer | ArrayBufferView, requestedKey?: bigint): { handle: number; key: bigint; base: bigint };
-  /** Closes a registration; `keepMemory`: its memory stays referenced until close() (the provider may still use it). */
+  /** Closes a registration; `keepMemory`: the provider may still use it, so it stays open, with its memory, until close(). */
   deregMr(handle: number, keepMemory?: boolean): void;
   bindCommands(words: Uint32Array): void;
   bindCompletions(words: Uint32Array): void;

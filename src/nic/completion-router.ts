@@ -370,6 +370,8 @@ export class CompletionRouter {
       } catch (e) {
         err = e ?? new WeftError('ETRANSPORT', `${w.call.what}: failed`);
       }
+      // A ready() that failed every waiter (failAll) emptied the list: w is settled already.
+      if (ws[i] !== w) continue;
       ws.splice(i--, 1);
       if (!w.near) this.farWaiters--;
       n++;

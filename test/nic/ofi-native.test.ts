@@ -268,6 +268,9 @@ api('a region deregistered with operations on it in flight keeps its memory unti
       await collectGarbage();
       let done = 0;
       await pump(dev, (i) => (mustSucceed(i), done++), () => done === 8);
+      // The deferred release happened once the last READ completed.
+      const held = inFlight as unknown as { inFlight: number; releasePending: boolean };
+      assert.equal([held.inFlight, held.releasePending], [0, false], `${provider}: the deregistered region was not released after its READs`);
       // Queued: the in-flight ring (1024 slots) full of small READs, one more waits behind them.
       for (let k = 0; k < 1024; k++) qp.postRead(a, 0, remote, 0, 64, k, false);
       qp.postRead(b, 0, remote, 0, 4096, 5000, true);
@@ -282,6 +285,28 @@ api('a region deregistered with operations on it in flight keeps its memory unti
       let ok = false;
       await pump(dev, (i) => (mustSucceed(i), (ok = true)), () => ok);
       assert.is(a.bytes[0], 0x77);
+      // Abandoned: a QP closed with a READ in flight; the provider may still fill the region,
+      // so its registration and memory stay (pinned) until the device closes.
+      const qp2 = loopback(dev);
+      const remote2 = qp2.importRegion(src.descriptor());
+      qp2.postRead(a, 0, remote2, 0, 64, 7000, true);
+      let first = false;
+      await pump(dev, () => (first = true), () => first);
+      let heap2: ArrayBuffer | undefined = new ArrayBuffer(64 << 20);
+      const abandoned = dev.register(new Uint8Array(heap2));
+      for (let k = 0; k < 8; k++) qp2.postRead(abandoned, k * (8 << 20), remote2, 0, 1 << 20, k, true);
+      await Promise.resolve();
+      qp2.close();
+      abandoned.deregister();
+      assert.ok((abandoned as unknown as { pinned: boolean }).pinned, `${provider}: a region of abandoned operations was not kept`);
+      structuredClone(heap2, { transfer: [heap2] });
+      heap2 = undefined;
+      await collectGarbage();
+      // Whatever the provider still does with those READs lands in kept memory.
+      for (let k = 0; k < 20; k++) {
+        dev.cq.poll(batch);
+        await new Promise((r) => setTimeout(r, 5));
+      }
     } finally {
       dev.close();
     }

@@ -25,6 +25,7 @@ import { Status, type Device, type DeviceOptions, type MemoryRegion, type QueueP
 import { CommandBuffer } from './commands.js';
 import { OfiCompletionQueue } from './completion-queue.js';
 import * as L from './layout.js';
+import { debugLog } from '../../util/debug-log.js';
 import { OfiMemoryRegion } from './memory.js';
 import { OfiQueuePair, type QpHost } from './queue-pair.js';
 
@@ -72,6 +73,8 @@ export class OfiDevice implements Device, QpHost {
   private readonly regions = new Set<OfiMemoryRegion>();
   /** User operations issued and not yet reported, over all QPs (QpHost). */
   inFlightOps = 0;
+  /** close() has begun. */
+  private closing = false;
   private readonly waitingQps = new Set<OfiQueuePair>();
   private readonly dirtyQps: OfiQueuePair[] = [];
   private readonly dirtySet = new Set<OfiQueuePair>();
@@ -166,10 +169,19 @@ export class OfiDevice implements Device, QpHost {
     else this.ep.deregMr(region.handle, region.pinned);
   }
 
-  /** The last in-flight operation on a deregistered region ended (QpHost). */
+  /**
+   * The last in-flight operation on a deregistered region ended (QpHost). Runs inside
+   * completion handling and QP failure: it must not throw there. When `fi_close(mr)` fails,
+   * the native side keeps the memory until the endpoint closes, which is all that is left to do.
+   */
   releaseSettled(region: OfiMemoryRegion): void {
     region.releasePending = false;
-    if (!this.closed) this.ep.deregMr(region.handle, region.pinned);
+    if (this.closed || this.closing) return; // ep.close() releases every registration
+    try {
+      this.ep.deregMr(region.handle, region.pinned);
+    } catch (err) {
+      debugLog(`${this.label}: ofi: releasing a deregistered region after its last operation: ${(err as Error).message}`);
+    }
   }
 
   createQueuePair(options: QueuePairOptions = {}): QueuePair {
@@ -307,6 +319,8 @@ export class OfiDevice implements Device, QpHost {
 
   close(): void {
     if (this.closed) return;
+    // The QPs' abandoned operations settle their regions as they close: ep.close() releases them.
+    this.closing = true;
     for (const qp of this.qps) qp?.close();
     // Closed first: the regions' registrations then go with the endpoint (ep.close() gives
     // their memory back after the fabric endpoint is closed), so nothing still in the provider

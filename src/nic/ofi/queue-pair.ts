@@ -395,9 +395,9 @@ export class OfiQueuePair extends QueuePairBase implements QueuePair {
     const i = seq & MASK;
     if (((seq - this.head) | 0) < 0 || ((this.tail - seq) | 0) <= 0 || this.rDone[i]) return;
     this.rDone[i] = 1;
-    this.settleLocal(i, false);
     if (this.rOp[i] === Opcode.READ) this.inflightReads--;
     else this.inflightWrites--;
+    this.settleLocal(i, false);
     if (!ok) {
       const op = this.rOp[i];
       this.rStatus[i] = Status.TRANSPORT;
