@@ -120,22 +120,11 @@ export class CompletionRouter {
 
   /**
    * Polls the CQ until it is empty and hands each completion to its QP's owner; returns how
-   * many were handed out. Wakes the shared loop: a waiter may be satisfied now.
+   * many were handed out. Wakes the shared loop: a waiter may be satisfied now. `near`: for a
+   * waiter whose operations are all on `nearby` QPs (shared memory), the CQ's `pollNear` reads
+   * an idle fabric only now and then (the same as a full poll on devices without it).
    */
-  poll(): number {
-    return this.pollWith(false);
-  }
-
-  /**
-   * poll() for a waiter whose operations are all on `nearby` QPs (shared memory): the CQ's
-   * `pollNear` then reads an idle fabric only now and then. Same as poll() on devices
-   * without it.
-   */
-  pollNear(): number {
-    return this.pollWith(this.device.cq.pollNear !== undefined);
-  }
-
-  private pollWith(near: boolean): number {
+  poll(near = false): number {
     // The device is closed: nothing more comes, and its CQ must not be touched.
     if (this.closed) return 0;
     const b = this.batch;
@@ -145,8 +134,9 @@ export class CompletionRouter {
     // entry is handed out twice or lost.
     let total = this.dispatchRest(b);
     const cq = this.device.cq;
+    const pollNear = near ? cq.pollNear : undefined;
     for (;;) {
-      const n = near ? cq.pollNear!(b) : cq.poll(b);
+      const n = pollNear !== undefined ? pollNear.call(cq, b) : cq.poll(b);
       this.filled = n;
       this.next = 0;
       total += this.dispatchRest(b);
@@ -186,20 +176,19 @@ export class CompletionRouter {
   }
 
   private readonly pollThenSyncReady = (): boolean => {
-    this.pollWith(this.syncNear);
+    this.poll(this.syncNear);
     return this.syncReady();
   };
-  /** The sync wait's operations are all on `nearby` QPs (and the CQ has pollNear). */
+  /** The sync wait's operations are all on `nearby` QPs. */
   private syncNear = false;
 
   /**
    * Blocks until `ready()` (checked after every poll): spin, yield, sleep on the CQ. Throws
    * the deadline's ETIMEDOUT / EABORTED, or what `ready` or `probe` throw. `near`: what the
-   * caller waits for travels on `nearby` QPs only (see pollNear).
+   * caller waits for travels on `nearby` QPs only (see poll).
    */
   waitSync(ready: () => boolean, call: WaitCall, probe?: () => void, near = false): void {
-    near = near && this.device.cq.pollNear !== undefined;
-    this.pollWith(near);
+    this.poll(near);
     if (ready()) return;
     const outer = this.syncReady;
     const outerNear = this.syncNear;
@@ -218,9 +207,8 @@ export class CompletionRouter {
    * `ready` throws, or when `call`'s deadline passes or its signal aborts.
    */
   waitAsync(ready: () => boolean, call: WaitCall, near = false): Promise<void> {
-    near = near && this.device.cq.pollNear !== undefined;
     try {
-      this.pollWith(near);
+      this.poll(near);
       if (ready()) return Promise.resolve();
     } catch (err) {
       return Promise.reject(err);
@@ -288,7 +276,7 @@ export class CompletionRouter {
 
   /** The shared loop's poll: pollNear while every async waiter is near. */
   private loopPoll(): number {
-    return this.pollWith(this.farWaiters === 0 && this.device.cq.pollNear !== undefined);
+    return this.poll(this.farWaiters === 0);
   }
 
   /** The CQ's doorbell, also ended by kick(). */

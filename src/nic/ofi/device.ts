@@ -20,12 +20,12 @@ import { WeftError } from '../../errors.js';
 import { native, type OfiEndpoint } from '../../native/binding.js';
 import { localIdentity, type ProcessIdentity } from '../../host/identity.js';
 import { hostCores, localPlacement } from '../../host/placement.js';
+import { debugLog } from '../../util/debug-log.js';
 import { LocalCompletions } from '../local-completions.js';
 import { Status, type Device, type DeviceOptions, type MemoryRegion, type QueuePair, type QueuePairOptions } from '../types.js';
 import { CommandBuffer } from './commands.js';
 import { OfiCompletionQueue } from './completion-queue.js';
 import * as L from './layout.js';
-import { debugLog } from '../../util/debug-log.js';
 import { OfiMemoryRegion } from './memory.js';
 import { OfiQueuePair, type QpHost } from './queue-pair.js';
 
