@@ -107,12 +107,12 @@ test('every benchmark and the daemon-loop model run --quick from the installed p
     // numbers (test/bench has those): the slow ones run a small part of their quick run. nic:
     // shm only (with its memcpy ceiling); ipc: one client, threads, weft's systems; transfer:
     // one point (its quick run is 8 trials of fresh processes); rpc: shm, one run; reduce: a
-    // short time budget per task; collectives: 2 ranks, two ops, two sizes, peers included.
+    // short time budget per task; collectives: 2 ranks, allreduce, two sizes, peers included.
     const extra =
       b === 'nic' ? ['--provider', 'shm']
       : b === 'rpc' ? ['--provider', 'shm', '--runs', '1']
       : b === 'reduce' ? ['--time', '10']
-      : b === 'collectives' ? ['--np', '2', '--ops', 'allreduce,broadcast', '--sizes', '8,1M']
+      : b === 'collectives' ? ['--np', '2', '--ops', 'allreduce', '--sizes', '8,1M']
       : b === 'ipc' ? ['--clients', '1', '--qd', '1', '--placements', 'threads', '--systems', 'floor,delegation,ipc,flux']
       : b === 'transfer' ? ['--provider', 'shm', '--op', 'read', '--block', '64K', '--seconds', '0.1']
       : [];
