@@ -176,7 +176,7 @@ export function refused(g: Group, err: unknown): unknown {
  */
 export function runSync(c: CollectiveCall, alg: Algorithm): void {
   try {
-    c.device.claimSlot(c.slot, c.what);
+    c.device.claimSlot(c.slot, c);
   } catch (err) {
     throw failed(c, err);
   }
@@ -191,7 +191,7 @@ export function runSync(c: CollectiveCall, alg: Algorithm): void {
 /** runSync for the Promise API: waits through the process's shared progress loop. */
 export async function runAsync(c: CollectiveCall, alg: Algorithm): Promise<void> {
   try {
-    c.device.claimSlot(c.slot, c.what);
+    c.device.claimSlot(c.slot, c);
   } catch (err) {
     throw failed(c, err);
   }
@@ -209,7 +209,7 @@ export async function runAsync(c: CollectiveCall, alg: Algorithm): Promise<void>
 /** Runs `alg`'s steps, waiting for each by busy-polling; any failure aborts the job. */
 export function driveSync(c: CollectiveCall, alg: Algorithm): void {
   try {
-    for (let r = alg.next(); !r.done; r = alg.next()) c.device.waitSync(r.value, c.deadline, c.what);
+    for (let r = alg.next(); !r.done; r = alg.next()) c.device.waitSync(r.value, c.deadline, c);
   } catch (err) {
     throw failed(c, err);
   } finally {
@@ -222,7 +222,7 @@ export async function driveAsync(c: CollectiveCall, alg: Algorithm): Promise<voi
   try {
     for (let r = alg.next(); !r.done; r = alg.next()) {
       if (c.device.pollFor(r.value, ASYNC_SPIN_MS)) continue;
-      await c.device.waitAsync(r.value, c.deadline, c.what);
+      await c.device.waitAsync(r.value, c.deadline, c);
     }
   } catch (err) {
     throw failed(c, err);

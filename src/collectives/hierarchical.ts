@@ -3,13 +3,16 @@
  * the bulk of the bytes moves over shared memory inside a host and only what must cross the
  * network goes over the fabric, once per host (or once per local rank, in parallel).
  *
- * allreduce, two plans:
+ * allreduce, three plans:
  * - several leaders per host (every host runs the same number L of ranks, and the array has
  *   at least MULTI_LEADER_MIN_BYTES): reduce-scatter inside the host (each local rank gets a
  *   1/L shard), allreduce of each shard among the ranks with the same local rank on every host
  *   (L allreduces across hosts at once), allgather inside the host;
- * - one leader per host (small arrays, or hosts with different numbers of ranks): reduce to
- *   local rank 0, allreduce among the leaders, broadcast inside the host.
+ * - small arrays on hosts with the same number of ranks: allreduce inside the host, then
+ *   among the ranks with the same local rank on every host (two steps; every rank crosses
+ *   the network with its host's sum, and none waits for a broadcast from its leader);
+ * - one leader per host (hosts with different numbers of ranks): reduce to local rank 0,
+ *   allreduce among the leaders, broadcast inside the host.
  * broadcast: inside the root's host, then among the leaders, then inside the other hosts.
  * allgather / reduceScatter (hosts holding contiguous blocks of ranks, as weft run places
  * them; otherwise the flat algorithm): gather to the leader, allgatherv among leaders, broadcast
@@ -19,6 +22,7 @@
  * Each step is an ordinary collective call on a subgroup (own slots, own checks); a failure in
  * any aborts the job as usual. The same steps run with the Promise or the blocking calls.
  */
+import type { ReduceOp } from '../reduce/index.js';
 import { Deadline } from '../util/deadline.js';
 import { refused, type CollectiveOptions, type Group } from './call.js';
 import { checkArray, checkInOut, checkLength, type TypedArray } from './checks.js';
@@ -77,9 +81,23 @@ function begin(g: Group, options: CollectiveOptions, check?: () => void): Deadli
   }
 }
 
-/** Options for one step: the call's tag and signal, what is left of its timeout. */
-function stepOptions(o: CollectiveOptions, d: Deadline): CollectiveOptions {
-  return { tag: o.tag, signal: o.signal, timeoutMs: Math.max(1, d.remaining()) };
+/** What a step's call may take: every collective's options in one shape. */
+interface StepOptions extends CollectiveOptions {
+  op?: ReduceOp;
+  float?: 'float16' | 'bfloat16';
+  root: number;
+  output?: TypedArray;
+  counts?: readonly number[];
+}
+
+/**
+ * Options for one step: the call's tag, signal and reduction, what is left of its timeout,
+ * and the step's root, output and counts. Built field by field in one shape: object spreads
+ * here copied through the runtime and were the largest allocation of a small hierarchical
+ * allreduce (with the call names), about a kilobyte per step.
+ */
+function stepOptions(o: CollectiveOptions & { op?: ReduceOp; float?: 'float16' | 'bfloat16' }, d: Deadline, root = 0, output?: TypedArray, counts?: readonly number[]): StepOptions {
+  return { tag: o.tag, signal: o.signal, timeoutMs: Math.max(1, d.remaining()), op: o.op, float: o.float, root, output, counts };
 }
 
 /** A typed view of `count` elements over scratch bytes of `g` (like `like`). */
@@ -102,29 +120,35 @@ function evenCounts(n: number, parts: number): number[] {
  * emulated hosts x 2 ranks).
  */
 function* allreduceSteps<T extends TypedArray>(h: Hierarchy, input: T, out: T, options: AllreduceOptions, d: Deadline, g: Group): Generator<Step> {
-  const red = { op: options.op, float: options.float };
   const L = h.local.size;
-  if (h.peers && L > 1 && input.byteLength >= MULTI_LEADER_MIN_BYTES && input.length >= L) {
+  // This rank is its host's only rank, so its leader.
+  if (L === 1) {
+    yield (s) => (s ? allreduceSync : allreduce)(h.leaders!, input, stepOptions(options, d, 0, out));
+    return;
+  }
+  if (h.peers && input.byteLength >= MULTI_LEADER_MIN_BYTES && input.length >= L) {
     const counts = evenCounts(input.length, L);
     const { view: shard, area } = scratchOf(g, input, counts[h.local.rank]);
     try {
-      yield (s) => (s ? reduceScatterSync : reduceScatter)(h.local, input, shard, { ...stepOptions(options, d), ...red, counts });
-      yield (s) => (s ? allreduceSync : allreduce)(h.peers!, shard, { ...stepOptions(options, d), ...red });
+      yield (s) => (s ? reduceScatterSync : reduceScatter)(h.local, input, shard, stepOptions(options, d, 0, undefined, counts));
+      yield (s) => (s ? allreduceSync : allreduce)(h.peers!, shard, stepOptions(options, d));
       yield (s) => (s ? allgathervSync : allgatherv)(h.local, shard, out, counts, stepOptions(options, d));
     } finally {
       g.release(area);
     }
     return;
   }
-  // This rank is its host's only rank, so its leader.
-  if (L === 1) {
-    yield (s) => (s ? allreduceSync : allreduce)(h.leaders!, input, { ...stepOptions(options, d), ...red, output: out });
+  if (h.peers) {
+    // Two steps, measured against the leader's three on 2 emulated hosts x 2 ranks (8 B,
+    // 2026-11-27, docs/hosts.md): 145-205 us per call against 220-300 us.
+    yield (s) => (s ? allreduceSync : allreduce)(h.local, input, stepOptions(options, d, 0, out));
+    yield (s) => (s ? allreduceSync : allreduce)(h.peers!, out, stepOptions(options, d));
     return;
   }
   // The leader's reduce writes its `out`; the broadcast writes everyone else's.
-  yield (s) => (s ? reduceSync : reduce)(h.local, input, { ...stepOptions(options, d), ...red, root: 0, output: out });
-  if (h.leaders) yield (s) => (s ? allreduceSync : allreduce)(h.leaders!, out, { ...stepOptions(options, d), ...red });
-  yield (s) => (s ? broadcastSync : broadcast)(h.local, out, { ...stepOptions(options, d), root: 0 });
+  yield (s) => (s ? reduceSync : reduce)(h.local, input, stepOptions(options, d, 0, out));
+  if (h.leaders) yield (s) => (s ? allreduceSync : allreduce)(h.leaders!, out, stepOptions(options, d));
+  yield (s) => (s ? broadcastSync : broadcast)(h.local, out, stepOptions(options, d));
 }
 
 /** Hierarchical allreduce (see the file comment); `input` is checked by the caller. */
@@ -145,11 +169,11 @@ function* broadcastSteps(h: Hierarchy, data: TypedArray, root: number, options: 
   const rootLocal = h.localRankOf[root];
   const onRootHost = h.host === rootHost;
   // 1. Inside the root's host, from the root (its leader gets it too).
-  if (onRootHost && rootLocal !== 0 && h.local.size > 1) yield (s) => (s ? broadcastSync : broadcast)(h.local, data, { ...stepOptions(options, d), root: rootLocal });
+  if (onRootHost && rootLocal !== 0 && h.local.size > 1) yield (s) => (s ? broadcastSync : broadcast)(h.local, data, stepOptions(options, d, rootLocal));
   // 2. Among the leaders, from the root's host's leader.
-  if (h.leaders) yield (s) => (s ? broadcastSync : broadcast)(h.leaders!, data, { ...stepOptions(options, d), root: rootHost });
+  if (h.leaders) yield (s) => (s ? broadcastSync : broadcast)(h.leaders!, data, stepOptions(options, d, rootHost));
   // 3. Inside every other host (and the root's, when the root is its leader).
-  if (h.local.size > 1 && (!onRootHost || rootLocal === 0)) yield (s) => (s ? broadcastSync : broadcast)(h.local, data, { ...stepOptions(options, d), root: 0 });
+  if (h.local.size > 1 && (!onRootHost || rootLocal === 0)) yield (s) => (s ? broadcastSync : broadcast)(h.local, data, stepOptions(options, d));
 }
 
 export async function hierarchicalBroadcast<T extends TypedArray>(g: Group, h: Hierarchy, data: T, root: number, options: RootOptions): Promise<T> {
@@ -168,7 +192,7 @@ function* allgatherSteps<T extends TypedArray>(g: Group, h: Hierarchy, input: T,
   // form one block of the output), share the blocks among leaders, spread inside the host.
   const { view: block, area } = scratchOf(g, input, h.local.size * n);
   try {
-    yield (s) => (s ? gatherSync : gather)(h.local, input, h.local.rank === 0 ? block : undefined, { ...stepOptions(options, d), root: 0 });
+    yield (s) => (s ? gatherSync : gather)(h.local, input, h.local.rank === 0 ? block : undefined, stepOptions(options, d));
     if (h.leaders) {
       const counts = h.hostSizes.map((k) => k * n);
       yield (s) => (s ? allgathervSync : allgatherv)(h.leaders!, block, output, counts, stepOptions(options, d));
@@ -176,7 +200,7 @@ function* allgatherSteps<T extends TypedArray>(g: Group, h: Hierarchy, input: T,
   } finally {
     g.release(area);
   }
-  if (h.local.size > 1) yield (s) => (s ? broadcastSync : broadcast)(h.local, output, { ...stepOptions(options, d), root: 0 });
+  if (h.local.size > 1) yield (s) => (s ? broadcastSync : broadcast)(h.local, output, stepOptions(options, d));
 }
 
 export async function hierarchicalAllgather<T extends TypedArray>(g: Group, h: Hierarchy, input: T, output: T, options: CollectiveOptions): Promise<T> {
@@ -190,26 +214,25 @@ export function hierarchicalAllgatherSync<T extends TypedArray>(g: Group, h: Hie
 }
 
 function* reduceScatterSteps<T extends TypedArray>(g: Group, h: Hierarchy, input: T, output: T, options: ReduceScatterOptions, d: Deadline): Generator<Step> {
-  const red = { op: options.op, float: options.float };
   const n = output.length;
   // Reduce the whole input to the leader (in a scratch copy: the input stays as it was).
   const { view: sum, area } = scratchOf(g, input, input.length);
   try {
     sum.set(input as never);
-    if (h.local.size > 1) yield (s) => (s ? reduceSync : reduce)(h.local, sum, { ...stepOptions(options, d), ...red, root: 0 });
+    if (h.local.size > 1) yield (s) => (s ? reduceSync : reduce)(h.local, sum, stepOptions(options, d));
     let first = 0;
     for (let k = 0; k < h.host; k++) first += h.hostSizes[k];
     const mine = sum.subarray(first * n, (first + h.local.size) * n) as T;
     if (h.leaders) {
       const { view: part, area: partArea } = scratchOf(g, input, h.local.size * n);
       try {
-        yield (s) => (s ? reduceScatterSync : reduceScatter)(h.leaders!, sum, part, { ...stepOptions(options, d), ...red, counts: h.hostSizes.map((k) => k * n) });
+        yield (s) => (s ? reduceScatterSync : reduceScatter)(h.leaders!, sum, part, stepOptions(options, d, 0, undefined, h.hostSizes.map((k) => k * n)));
         mine.set(part as never);
       } finally {
         g.release(partArea);
       }
     }
-    yield (s) => (s ? scatterSync : scatter)(h.local, h.local.rank === 0 ? mine : undefined, output, { ...stepOptions(options, d), root: 0 });
+    yield (s) => (s ? scatterSync : scatter)(h.local, h.local.rank === 0 ? mine : undefined, output, stepOptions(options, d));
   } finally {
     g.release(area);
   }

@@ -18,7 +18,7 @@ import { CountOp, RecvOp, type TransportOp } from './ops.js';
 import { Pair, type PairHost } from './pair.js';
 import { SharedArrays } from './shared-arrays.js';
 import { BytePool } from './byte-pool.js';
-import type { CollectiveTransport, WaitLabel } from './group-view.js';
+import { labelText, type CollectiveTransport, type WaitLabel } from './group-view.js';
 
 /** Ring shape; every rank of a job must use the same. */
 export interface TransportOptions {
@@ -320,8 +320,8 @@ export class Device implements PairHost, CompletionSink, CollectiveTransport {
    * tag is still in flight on this rank (their messages would mix: concurrent calls need
    * distinct tags).
    */
-  claimSlot(slot: number, what: string): void {
-    if (this.busySlots.has(slot)) throw new WeftError('EINVAL', `${what}: a call of the same collective and tag is still in flight on this rank; await it first, or give concurrent calls distinct tags`);
+  claimSlot(slot: number, what: WaitLabel): void {
+    if (this.busySlots.has(slot)) throw new WeftError('EINVAL', `${labelText(what)}: a call of the same collective and tag is still in flight on this rank; await it first, or give concurrent calls distinct tags`);
     this.busySlots.add(slot);
   }
 
@@ -519,7 +519,7 @@ class OpsWait implements WaitCall {
   /** The call's name, for errors: made from a lazy label only when an error needs it. */
   get what(): string {
     const l = this.label;
-    return typeof l === 'string' ? l : (this.label = l());
+    return typeof l === 'string' ? l : (this.label = labelText(l));
   }
 
   readonly ready = (): boolean => this.device.opsDone(this.ops, this);

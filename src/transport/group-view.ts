@@ -21,9 +21,19 @@ const SLOTS_PER_GROUP = 64 * 2 ** 32;
 /** Group ids are in [1, MAX_GROUP_ID]; 0 is the job itself. */
 export const MAX_GROUP_ID = 2 ** 15 - 1;
 
+/**
+ * A call's name in errors: the text, a function that makes it, or an object whose `what`
+ * makes it (a CollectiveCall). Read only when an error needs it: building the text on every
+ * call cost a string per step of every collective.
+ */
+export type WaitLabel = string | (() => string) | { readonly what: string };
+
+/** The text of a WaitLabel. */
+export function labelText(l: WaitLabel): string {
+  return typeof l === 'string' ? l : typeof l === 'function' ? l() : l.what;
+}
+
 /** The transport as collectives use it (the Device, or a subgroup's view of it). */
-/** A wait's name in errors, or a function that makes it (called only when an error needs it). */
-export type WaitLabel = string | (() => string);
 
 export interface CollectiveTransport {
   readonly label: string;
@@ -41,7 +51,7 @@ export interface CollectiveTransport {
   /** The pair toward member `r`. */
   pair(r: number): Pair;
   nextCall(slot: number): number;
-  claimSlot(slot: number, what: string): void;
+  claimSlot(slot: number, what: WaitLabel): void;
   releaseSlot(slot: number): void;
   markFinished(slot: number, call: number): void;
   finishCall(slot: number, call: number): void;
@@ -110,7 +120,7 @@ export class GroupView implements CollectiveTransport {
   nextCall(slot: number): number {
     return this.device.nextCall(slot);
   }
-  claimSlot(slot: number, what: string): void {
+  claimSlot(slot: number, what: WaitLabel): void {
     this.device.claimSlot(slot, what);
   }
   releaseSlot(slot: number): void {

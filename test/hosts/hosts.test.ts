@@ -38,7 +38,7 @@ if (why) {
   const master = (): HostStore => ({ kind: 'master', host: 0, port: 29400 + Math.floor(Math.random() * 500), secret });
   const big: Record<string, string> = soak ? {} : { WEFT_TEST_BIG: '70001' };
 
-  test('2 hosts x 2 ranks over Redis: local ranks, host names, a device that mixes shm and the fabric, and non-leaders that leave the idle fabric unread (2,000 allreduces)', async () => {
+  test('2 hosts x 2 ranks over Redis: local ranks, host names, a device that mixes shm and the fabric, and non-leaders that leave the idle fabric unread (2,000 allreduces, 2,000 broadcasts)', async () => {
     const r = await runOnHosts(hosts, { perHost: [2, 2], script: HOSTS_RANK, args: ['near'], store: redis, timeoutMs: 120_000 });
     assert.equal(r.codes.slice(0, 2), [0, 0], r.out.slice(-3000));
     for (let k = 0; k < 4; k++) {
@@ -48,9 +48,9 @@ if (why) {
       assert.is(info.localSize, 2);
       assert.equal(info.hosts, ['weft-h0', 'weft-h0', 'weft-h1', 'weft-h1']);
       assert.match(info.provider, /^shm\+ofi:/);
-      // A hierarchical allreduce's non-leaders exchange with their leader only, over shared
-      // memory; reading the fabric there costs a system call per poll (tcp;ofi_rxm's progress)
-      // and found nothing. They now read it only while it has work of theirs, or now and then.
+      // A hierarchical broadcast's non-leaders take the data from their leader only, over
+      // shared memory; reading the fabric there costs a system call per poll (tcp;ofi_rxm's
+      // progress) and found nothing. They read it only while it has work of theirs, or now and then.
       const m = new RegExp(`near rank ${k} \\(local (\\d)\\): wrong (\\d+), fabric skips (\\d+)`).exec(r.out);
       assert.ok(m, r.out.slice(-3000));
       assert.is(Number(m![2]), 0, `rank ${k}: wrong sums`);
