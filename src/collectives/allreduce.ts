@@ -119,12 +119,14 @@ function plan(g: Group, input: TypedArray, options: AllreduceOptions, where: str
     if (g.size > 1 && board && (algorithm === 'board' || (algorithm === 'auto' && !options.tag && inB.byteLength <= Board.capacity && g.size <= 8))) {
       return { c, alg: undefined, out: output, board: { board, inB, fold: { op: red.op, dtype: red.dtype, count: input.length, out: outB } } };
     }
-    if (algorithm === 'shared' && (!board || g.size === 1 || options.tag)) {
+    // The shared path reads peers' arrays through the job's board (a host board is for small calls).
+    const jobBoard = board?.wholeJob ? board : undefined;
+    if (algorithm === 'shared' && (!jobBoard || g.size === 1 || options.tag)) {
       throw new WeftError('EINVAL', `${where}: algorithm 'shared' needs the shm provider on one host, more than one rank and no tag`);
     }
     let alg: Algorithm;
-    if (g.size > 1 && board && !options.tag && (algorithm === 'shared' || (algorithm === 'auto' && inB.byteLength > DIRECT_MAX_BYTES))) {
-      const shared: SharedCall = { c, board, inB, outB, red, count: input.length, forced: algorithm === 'shared' };
+    if (g.size > 1 && jobBoard && !options.tag && (algorithm === 'shared' || (algorithm === 'auto' && inB.byteLength > DIRECT_MAX_BYTES))) {
+      const shared: SharedCall = { c, board: jobBoard, inB, outB, red, count: input.length, forced: algorithm === 'shared' };
       return { c, alg: ring(c, inB, outB, red, input.length), out: output, shared };
     }
     if (g.size === 1) alg = single(inB, outB);

@@ -23,7 +23,7 @@ export function hierarchyOf(job: Group, hosts: HostMap): Hierarchy {
   const byHost: number[][] = hosts.hostIds.map(() => []);
   for (let r = 0; r < job.size; r++) byHost[hosts.hostIndex[r]].push(r);
   const mine = byHost[host];
-  const local = new Subgroup(job, new GroupView(device, mine, LOCAL_GROUP_ID), mine.indexOf(me), "this host's ranks");
+  const local = new Subgroup(job, new GroupView(device, mine, LOCAL_GROUP_ID, { hostBoard: true }), mine.indexOf(me), "this host's ranks");
   const leaderRanks = byHost.map((ranks) => ranks[0]);
   const leaders = leaderRanks[host] === me ? new Subgroup(job, new GroupView(device, leaderRanks, LEADERS_GROUP_ID), host, "the hosts' leaders") : undefined;
   const hostSizes = byHost.map((ranks) => ranks.length);

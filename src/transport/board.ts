@@ -3,6 +3,8 @@
  * peers read directly, through the mapping the shm provider already holds. Small collectives
  * use it without messages: a rank publishes its bytes and a sequence number, and reads its
  * peers' bytes as soon as their numbers match; it never waits for a message round trip.
+ * A job that spans hosts has one board per host (the host board), among the ranks of that
+ * host: the first step of a hierarchical allreduce and the host's barriers run on it.
  *
  * Layout (at `boardOffset` in every rank's inbox; u32 words):
  *   line 0   word 0 ARRIVE (sequence number of the last published call); words 1 + 2p and
@@ -68,8 +70,10 @@ export interface BoardCall {
 }
 
 export class Board {
-  /** boards[r]: rank r's board (this rank's own, or a peer's through the mapping). */
+  /** boards[i]: member i's board (this rank's own, or a peer's through the mapping). */
   private readonly boards: BoardView[] = [];
+  /** This rank's index among the members. */
+  private readonly me: number;
   /** Sequence number of the last call (int32, wrapping: every comparison is modular). */
   private seq = 0;
   /** Async users queue here: board calls run one at a time, in call order. */
@@ -78,21 +82,47 @@ export class Board {
   /** The last DONE value read from each peer: DONE only grows, so a wait it satisfies needs no fresh read (a cache miss). */
   private readonly knownDone: Int32Array;
 
-  private constructor(private readonly device: Device) {
+  private constructor(
+    private readonly device: Device,
+    /** members[i]: the job rank of member i (every rank of the job, or of this host), ascending. */
+    readonly members: readonly number[],
+  ) {
     this.plan = { oversubscribed: device.oversubscribed, call: undefined, probe: this.probe };
-    this.knownDone = new Int32Array(device.size);
-    for (let r = 0; r < device.size; r++) {
+    this.me = members.indexOf(device.rank);
+    this.knownDone = new Int32Array(members.length);
+    for (const r of members) {
       const inbox = r === device.rank ? device.inbox.bytes : (device.pairs[r]?.peerInbox as Uint8Array);
       this.boards.push(viewOf(inbox, device.boardOffset));
     }
   }
 
+  /** The board spans every rank of the job (not only this host's). */
+  get wholeJob(): boolean {
+    return this.members.length === this.device.size;
+  }
+
   /** A board when every peer's inbox is mapped (shm on one host), else undefined. */
   static open(device: Device): Board | undefined {
-    if (device.nic.provider !== 'shm') return undefined;
+    if (device.nic.provider !== 'shm' || !Board.fits(device)) return undefined;
     for (let r = 0; r < device.size; r++) if (r !== device.rank && !device.pairs[r]?.peerInbox) return undefined;
-    if (device.inbox.byteLength < device.boardOffset + BOARD_HEADER_BYTES + 2 * BOARD_BUFFER_BYTES) return undefined;
-    return new Board(device);
+    return new Board(device, [...Array(device.size).keys()]);
+  }
+
+  /**
+   * The board of this rank's host when the job spans hosts: its members are the ranks whose
+   * inboxes this rank maps (the shm pairs of a mixed device: the ranks of its host, which map
+   * each other's, so every member finds the same set). Undefined when this rank is alone on
+   * its host or maps no peer (WEFT_PROVIDER=ofi).
+   */
+  static openHost(device: Device): Board | undefined {
+    if (!Board.fits(device)) return undefined;
+    const members: number[] = [];
+    for (let r = 0; r < device.size; r++) if (r === device.rank || device.pairs[r]?.peerInbox) members.push(r);
+    return members.length > 1 && members.length < device.size ? new Board(device, members) : undefined;
+  }
+
+  private static fits(device: Device): boolean {
+    return device.inbox.byteLength >= device.boardOffset + BOARD_HEADER_BYTES + 2 * BOARD_BUFFER_BYTES;
   }
 
   static readonly capacity = BOARD_BUFFER_BYTES;
@@ -130,7 +160,7 @@ export class Board {
   }
 
   private publish(k: number, bytes: Uint8Array, sig: number): void {
-    const me = this.boards[this.device.rank];
+    const me = this.boards[this.me];
     const p = k & 1;
     const n = bytes.byteLength;
     copyInto(n <= INLINE_BYTES ? me.inline[p] : me.buffers[p], 0, bytes, 0, n);
@@ -164,10 +194,10 @@ export class Board {
       const theirSig = b.words[SIG + 2 * p] >>> 0;
       const theirBytes = b.words[SIG + 2 * p + 1] >>> 0;
       if (theirSig !== sig >>> 0) {
-        throw this.abort(new WeftError('EINVAL', `${this.device.label}: ${describeSignature(sig)} met rank ${r}, which called ${describeSignature(theirSig)}; every rank must make the same collective calls in the same order, with the same dtype, op and root`));
+        throw this.abort(new WeftError('EINVAL', `${this.device.label}: ${describeSignature(sig)} met rank ${this.members[r]}, which called ${describeSignature(theirSig)}; every rank must make the same collective calls in the same order, with the same dtype, op and root`));
       }
       if (theirBytes !== nbytes) {
-        throw this.abort(new WeftError('EINVAL', `${this.device.label}: ${describeSignature(sig)}: rank ${r} passed ${theirBytes} bytes where this rank passed ${nbytes}; every rank must pass arrays of matching lengths (and dtypes)`));
+        throw this.abort(new WeftError('EINVAL', `${this.device.label}: ${describeSignature(sig)}: rank ${this.members[r]} passed ${theirBytes} bytes where this rank passed ${nbytes}; every rank must pass arrays of matching lengths (and dtypes)`));
       }
       if (fresh) out[r] = (nbytes <= INLINE_BYTES ? b.inline[p] : b.buffers[p]).subarray(0, nbytes);
     }
@@ -180,15 +210,15 @@ export class Board {
   }
 
   private store(word: number, k: number): void {
-    const w = this.boards[this.device.rank].words;
+    const w = this.boards[this.me].words;
     Atomics.store(w, word, k);
     // The store's full barrier orders this load after it (host/acquire.ts).
     if (loadAcquire(w, SLEEPERS) > 0) native.futexWake(w, word);
   }
 
-  /** The first rank whose `word` is below k, or -1. */
+  /** The first member whose `word` is below k, or -1. */
   private behind(word: number, k: number): number {
-    const me = this.device.rank;
+    const me = this.me;
     const known = this.knownDone;
     for (let r = 0; r < this.boards.length; r++) {
       if (r === me) continue;
@@ -230,7 +260,7 @@ export class Board {
     }
     const { deadline } = call;
     if (deadline.signal?.aborted || deadline.remaining() <= 0) {
-      const r = this.behind(this.waitWord, this.waitK);
+      const r = this.members[this.behind(this.waitWord, this.waitK)] ?? -1;
       const why = deadline.signal?.aborted ? "aborted by the caller's AbortSignal" : `timed out after ${Math.round(deadline.timeoutMs)} ms`;
       const stopped = this.device.stoppedText();
       throw this.abort(new WeftError(deadline.signal?.aborted ? 'EABORTED' : 'ETIMEDOUT', `${call.what}: ${why} waiting for rank ${r} (intra-host board)${stopped || '; is that rank alive and making the same call?'}`));

@@ -66,6 +66,11 @@ export class Device implements PairHost, CompletionSink, CollectiveTransport {
   readonly boardOffset: number;
   /** Small intra-host collectives without messages (shm only; see board.ts). */
   board: Board | undefined;
+  /**
+   * A job that spans hosts: the board of this rank's host (its ranks only), which the
+   * hierarchy's host group uses (GroupView's hostBoard option); undefined otherwise.
+   */
+  hostBoard: Board | undefined;
   /** Typed arrays in registered memory (`alloc`), and peers' ones read in place. */
   readonly shared: SharedArrays;
   readonly pool = new BytePool();
@@ -100,9 +105,10 @@ export class Device implements PairHost, CompletionSink, CollectiveTransport {
     if (!Number.isInteger(slots) || slots < 1 || slots > 1024) throw new WeftError('EINVAL', `transport: slots must be an integer in [1, 1024], got ${slots}`);
     this.geometry = ringGeometry(chunk, slots);
     this.label = nic.label;
-    // On shm the inbox also holds this rank's board, which peers read directly.
+    // On shm the inbox also holds this rank's board, which peers read directly (on a mixed
+    // device, the peers of this rank's host: the host board).
     this.boardOffset = size * this.geometry.ringBytes;
-    this.inbox = nic.allocate(this.boardOffset + (nic.provider === 'shm' ? BOARD_BYTES : 64));
+    this.inbox = nic.allocate(this.boardOffset + (nic.provider === 'shm' || nic.provider === 'mixed' ? BOARD_BYTES : 64));
     // shm writes straight into the peer's ring: the staging region only serves as the local
     // side of 0-byte doorbells. ofi copies into a staging ring that mirrors the peer's.
     this.stagedRings = nic.provider !== 'shm';
@@ -127,6 +133,7 @@ export class Device implements PairHost, CompletionSink, CollectiveTransport {
       this.router.attach(qp.qpn, this);
     });
     this.board = Board.open(this);
+    if (!this.board) this.hostBoard = Board.openHost(this);
   }
 
   /** The job's transport numbers ranks as the job does. */

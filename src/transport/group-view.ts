@@ -77,17 +77,26 @@ export class GroupView implements CollectiveTransport {
   readonly slotBase: number;
   readonly label: string;
   private readonly byWorld = new Map<number, number>();
+  private readonly hostBoard: Board | undefined;
 
   constructor(
     readonly device: Device,
     /** members[r]: the job rank of member r. */
     readonly members: readonly number[],
     readonly groupId: number,
+    /**
+     * The view is its host's ranks, in order (the hierarchy's host group): its small
+     * allreduces and barriers use the device's host board. One group per host may: board
+     * calls pair up in call order, and the hierarchy's plans keep that order on every rank.
+     */
+    options: { hostBoard?: boolean } = {},
   ) {
     if (!Number.isInteger(groupId) || groupId < 1 || groupId > MAX_GROUP_ID) throw new WeftError('EINVAL', `${device.label}: group id ${groupId} is outside [1, ${MAX_GROUP_ID}]: too many subgroups in one job`);
     this.slotBase = groupId * SLOTS_PER_GROUP;
     this.label = device.label;
     members.forEach((w, r) => this.byWorld.set(w, r));
+    const hb = options.hostBoard ? device.hostBoard : undefined;
+    this.hostBoard = hb && hb.members.length === members.length && hb.members.every((w, i) => w === members[i]) ? hb : undefined;
   }
 
   get failure(): WeftError | undefined {
@@ -96,9 +105,9 @@ export class GroupView implements CollectiveTransport {
   get closed(): boolean {
     return this.device.closed;
   }
-  /** The board spans every rank of the job: a subgroup has none. */
+  /** The job's board spans every rank: a subgroup has none, except the host group's host board. */
   get board(): Board | undefined {
-    return undefined;
+    return this.hostBoard;
   }
   get shared(): SharedArrays {
     return this.device.shared;
