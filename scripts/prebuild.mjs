@@ -6,6 +6,11 @@
 //
 //   node scripts/prebuild.mjs                 every architecture (x64 and arm64)
 //   node scripts/prebuild.mjs --arch x64      one of them
+//   node scripts/prebuild.mjs --arch x64 --from-build
+//       this machine's architecture from the checkout's build/Release (what npm ci compiled
+//       from the same binding.gyp and sources) when it is newer than every source; else it
+//       compiles. npm test's package test uses it: the compile costs 15 s of its 15 minutes,
+//       and the soak run (WEFT_SOAK=1) and `npm run check:arm64` compile as a release does.
 //
 // Each architecture is built in a staging copy of binding.gyp and native/ (the checkout's own
 // build/ is left alone) with node-gyp and Node's headers (npm's nodedir, or the ones beside
@@ -17,7 +22,7 @@
 // glibc 2.34 (shm_open and dlopen moved into libc there) and GLIBCXX 3.4.22; linking
 // libstdc++ statically was tried and needs glibc 2.36 (arc4random, _dl_find_object).
 import { spawnSync } from 'node:child_process';
-import { copyFileSync, cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { copyFileSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -35,7 +40,7 @@ function fail(message) {
   process.exit(1);
 }
 
-const { values } = parseArgs({ options: { arch: { type: 'string' } } });
+const { values } = parseArgs({ options: { arch: { type: 'string' }, 'from-build': { type: 'boolean' } } });
 const arches = values.arch ? values.arch.split(',') : Object.keys(ARCHES);
 for (const a of arches) if (!(a in ARCHES)) fail(`unknown architecture '${a}' (x64, arm64)`);
 
@@ -76,10 +81,39 @@ function versionNeeded(file, tag) {
 
 const newer = (a, b) => a.localeCompare(b, undefined, { numeric: true }) > 0;
 
+/** The checkout's build/Release, when --from-build may use it: built after every source it comes from. */
+function checkoutBuild(files) {
+  const dir = path.join(root, 'build', 'Release');
+  const built = files.map((f) => path.join(dir, f));
+  if (!built.every((f) => existsSync(f))) return undefined;
+  const oldest = Math.min(...built.map((f) => statSync(f).mtimeMs));
+  const sources = [path.join(root, 'binding.gyp'), ...readdirSync(path.join(root, 'native')).map((f) => path.join(root, 'native', f))];
+  return sources.every((f) => statSync(f).mtimeMs <= oldest) ? dir : undefined;
+}
+
 const gyp = path.join(root, 'node_modules', 'node-gyp', 'bin', 'node-gyp.js');
 if (!existsSync(gyp)) fail('node-gyp is missing: run npm ci first');
 const headers = fabricHeaders();
 const nodeHeaders = nodedir();
+
+/** Compiles both addons for `arch` in a staging copy of the sources (stage/build/Release). */
+function compile(arch, stage, env) {
+  const { gnu } = ARCHES[arch];
+  const cross = arch !== HOST_ARCH;
+  cpSync(path.join(root, 'native'), path.join(stage, 'native'), { recursive: true });
+  copyFileSync(path.join(root, 'binding.gyp'), path.join(stage, 'binding.gyp'));
+  mkdirSync(path.join(stage, 'scripts'));
+  copyFileSync(path.join(root, 'scripts', 'gyp-fabric.mjs'), path.join(stage, 'scripts', 'gyp-fabric.mjs'));
+  symlinkSync(path.join(root, 'node_modules'), path.join(stage, 'node_modules'));
+  // A copy of the headers alone: a cross compiler must not see the host's /usr/include.
+  const include = path.join(stage, 'fabric-include');
+  cpSync(headers.dir, path.join(include, 'rdma'), { recursive: true });
+  env.WEFT_FABRIC_INCLUDE = include;
+  const args = [gyp, 'rebuild', `--arch=${arch}`, '-j', 'max', ...(nodeHeaders ? [`--nodedir=${nodeHeaders}`] : [])];
+  console.log(`prebuild: linux-${arch}${cross ? ` (cross, ${gnu}-g++)` : ''}`);
+  const r = run(process.execPath, args, { cwd: stage, env, stdio: ['ignore', 'pipe', 'pipe'] });
+  if (r.status !== 0) fail(`node-gyp failed for ${arch}:\n${(r.stdout ?? '').slice(-3000)}${(r.stderr ?? '').slice(-3000)}`);
+}
 
 for (const arch of arches) {
   const { gnu } = ARCHES[arch];
@@ -90,25 +124,18 @@ for (const arch of arches) {
     Object.assign(env, { CC: `${gnu}-gcc`, CXX: `${gnu}-g++`, LINK: `${gnu}-g++`, AR: `${gnu}-ar` });
   }
   const stage = mkdtempSync(path.join(tmpdir(), `weft-prebuild-${arch}-`));
+  const files = ['weft.node', 'weft_ofi.node'];
   try {
-    cpSync(path.join(root, 'native'), path.join(stage, 'native'), { recursive: true });
-    copyFileSync(path.join(root, 'binding.gyp'), path.join(stage, 'binding.gyp'));
-    mkdirSync(path.join(stage, 'scripts'));
-    copyFileSync(path.join(root, 'scripts', 'gyp-fabric.mjs'), path.join(stage, 'scripts', 'gyp-fabric.mjs'));
-    symlinkSync(path.join(root, 'node_modules'), path.join(stage, 'node_modules'));
-    // A copy of the headers alone: a cross compiler must not see the host's /usr/include.
-    const include = path.join(stage, 'fabric-include');
-    cpSync(headers.dir, path.join(include, 'rdma'), { recursive: true });
-    env.WEFT_FABRIC_INCLUDE = include;
-    const args = [gyp, 'rebuild', `--arch=${arch}`, '-j', 'max', ...(nodeHeaders ? [`--nodedir=${nodeHeaders}`] : [])];
-    console.log(`prebuild: linux-${arch}${cross ? ` (cross, ${gnu}-g++)` : ''}`);
-    const r = run(process.execPath, args, { cwd: stage, env, stdio: ['ignore', 'pipe', 'pipe'] });
-    if (r.status !== 0) fail(`node-gyp failed for ${arch}:\n${(r.stdout ?? '').slice(-3000)}${(r.stderr ?? '').slice(-3000)}`);
+    const reuse = values['from-build'] && !cross ? checkoutBuild(files) : undefined;
+    if (reuse) {
+      console.log(`prebuild: linux-${arch} from the checkout's build/Release (--from-build)`);
+      mkdirSync(path.join(stage, 'build', 'Release'), { recursive: true });
+      for (const f of files) copyFileSync(path.join(reuse, f), path.join(stage, 'build', 'Release', f));
+    } else compile(arch, stage, env);
     const out = path.join(root, 'prebuilds', `linux-${arch}`);
     rmSync(out, { recursive: true, force: true });
     mkdirSync(out, { recursive: true });
     const strip = cross ? `${gnu}-strip` : 'strip';
-    const files = ['weft.node', 'weft_ofi.node'];
     let glibc = '0';
     let glibcxx = '0';
     for (const f of files) {

@@ -38,7 +38,7 @@ if (why) {
   const master = (): HostStore => ({ kind: 'master', host: 0, port: 29400 + Math.floor(Math.random() * 500), secret });
   const big: Record<string, string> = soak ? {} : { WEFT_TEST_BIG: '70001' };
 
-  test('2 hosts x 2 ranks over Redis: local ranks, host names, a device that mixes shm and the fabric, and non-leaders that leave the idle fabric unread (2,000 allreduces, 2,000 broadcasts)', async () => {
+  test('2 hosts x 2 ranks over Redis: local ranks, host names, a device that mixes shm and the fabric, and non-leaders that leave the idle fabric unread (1,000 allreduces, 1,000 broadcasts)', async () => {
     const r = await runOnHosts(hosts, { perHost: [2, 2], script: HOSTS_RANK, args: ['near'], store: redis, timeoutMs: 120_000 });
     assert.equal(r.codes.slice(0, 2), [0, 0], r.out.slice(-3000));
     for (let k = 0; k < 4; k++) {
@@ -113,17 +113,17 @@ if (why) {
     assert.equal(noSecret.codes.slice(0, 2), [1, 1], noSecret.out);
     assert.match(noSecret.outs[0], /needs a secret: set WEFT_STORE_SECRET/);
     const m = master();
-    // Node 0's launcher then waits for a node that never joins: with --join-timeout 8 (not the
+    // Node 0's launcher then waits for a node that never joins: with --join-timeout 4 (not the
     // default 300 s) it fails, naming node 1.
-    const wrong = await runOnHosts(hosts, { perHost: [1, 1], script: HOSTS_RANK, args: ['info'], store: m, hostEnv: { 1: { WEFT_STORE_SECRET: 'not-the-secret' } }, env: { WEFT_JOIN_TIMEOUT: '8' }, timeoutMs: 60_000 });
+    const wrong = await runOnHosts(hosts, { perHost: [1, 1], script: HOSTS_RANK, args: ['info'], store: m, hostEnv: { 1: { WEFT_STORE_SECRET: 'not-the-secret' } }, env: { WEFT_JOIN_TIMEOUT: '4' }, timeoutMs: 60_000 });
     assert.is(wrong.codes[1], 1, wrong.out);
     assert.match(wrong.outs[1], /secret|authenticat/i);
     assert.is(wrong.codes[0], 1, wrong.out);
-    assert.match(wrong.outs[0], /the launchers of nodes 1 did not start within 8000 ms/, wrong.out);
+    assert.match(wrong.outs[0], /the launchers of nodes 1 did not start within 4000 ms/, wrong.out);
   });
 
   test('a rank that publishes an address the other host cannot reach fails in init, naming both ranks, the hosts and the address', async () => {
-    const r = await runOnHosts(hosts, { perHost: [1, 1], script: HOSTS_RANK, args: ['info'], store: redis, hostEnv: { 1: { WEFT_ADDR: '127.0.0.1' } }, env: { WEFT_TEST_TIMEOUT: '8000' }, timeoutMs: 60_000 });
+    const r = await runOnHosts(hosts, { perHost: [1, 1], script: HOSTS_RANK, args: ['info'], store: redis, hostEnv: { 1: { WEFT_ADDR: '127.0.0.1' } }, env: { WEFT_TEST_TIMEOUT: '4000' }, timeoutMs: 60_000 });
     assert.equal(r.codes.slice(0, 2), [1, 1], r.out.slice(-3000));
     assert.match(r.out, /rank 1 \(host weft-h1, 127\.0\.0\.1\) at 127\.0\.0\.1:\d+/);
     assert.match(r.out, /rank 0 \(host weft-h0/);

@@ -1,5 +1,6 @@
-// weftjs as a user gets it: the prebuilt binaries built by scripts/prebuild.mjs (this
-// machine's architecture, and with WEFT_SOAK=1 arm64 where the cross compiler is installed), `npm pack`, then
+// weftjs as a user gets it: the prebuilt binaries made by scripts/prebuild.mjs (this
+// machine's architecture, from the checkout's build in npm test; compiled, and arm64 too where
+// the cross compiler is installed, with WEFT_SOAK=1), `npm pack`, then
 // `npm install` of the tarball into an empty CommonJS project (npm init -y) in a temporary
 // directory, and the commands a user runs from there: --version, info, demo, run with a .mjs
 // and a .ts rank, and the benchmarks' quick runs (results in the project directory, never in
@@ -34,7 +35,9 @@ if (!soak) console.log('  the arm64 prebuilt binary is built in the soak run (WE
 else if (!hasCross) console.log('  the arm64 prebuilt binary is not built here: aarch64-linux-gnu-g++ is missing (apt-get install g++-aarch64-linux-gnu)');
 
 test.before(() => {
-  const pre = sh(process.execPath, [path.join(root, 'scripts', 'prebuild.mjs'), '--arch', arches.join(',')], root, 900_000);
+  // npm test takes this machine's binaries from the checkout's build (npm ci compiled them from
+  // the same sources); the soak run compiles them in a staging copy, as a release does.
+  const pre = sh(process.execPath, [path.join(root, 'scripts', 'prebuild.mjs'), '--arch', arches.join(','), ...(soak ? [] : ['--from-build'])], root, 900_000);
   assert.is(pre.code, 0, pre.out + pre.err);
   console.log(`  prebuilt ${arches.join(', ')} in ${(pre.ms / 1000).toFixed(1)} s`);
   // The build is there (npm test builds first): no prepare script in the middle of the run.

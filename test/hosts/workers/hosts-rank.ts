@@ -6,7 +6,7 @@
 //   wake   rank 0 waits (blocking) for a message rank 1 (on another host) sends 300 ms later,
 //          long enough for the wait to go to sleep; prints how many times the fabric's relay
 //          rang the sleeper's doorbell during that wait (up to 3 rounds, until it rang)
-//   near   info, then 2,000 blocking 8-byte allreduces and 2,000 blocking 8-byte broadcasts
+//   near   info, then 1,000 blocking 8-byte allreduces and 1,000 blocking 8-byte broadcasts
 //          from rank 0 (hierarchical); prints "near rank R (local L): wrong W, fabric skips K"
 //          (W: wrong results of both loops; K: fabric reads skipped during the broadcasts, where
 //          a rank that is not its host's leader waits on shared memory only and should leave
@@ -118,7 +118,7 @@ function near(): void {
   const x = new Float64Array(1);
   let wrong = 0;
   ctx.barrierSync();
-  for (let i = 0; i < 2000; i++) {
+  for (let i = 0; i < 1000; i++) {
     x[0] = rank + i;
     ctx.allreduceSync(x);
     // 0 + 1 + ... + (size-1) + size * i
@@ -128,7 +128,7 @@ function near(): void {
   // on all of them. A broadcast reaches a host's other ranks from its leader, over shared memory.
   ctx.barrierSync();
   const before = cq.fabricSkips ?? NaN;
-  for (let i = 0; i < 2000; i++) {
+  for (let i = 0; i < 1000; i++) {
     x[0] = rank === 0 ? i : -1;
     ctx.broadcastSync(x, { root: 0 });
     if (x[0] !== i) wrong++;
