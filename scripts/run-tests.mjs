@@ -88,6 +88,7 @@ function runFile(file, env) {
 }
 
 const files = findTests(path.join(root, 'dist', 'test')).filter((f) => !filter || f.includes(filter));
+const suiteStarted = Date.now();
 const before = new Set(shmSegments());
 const redis = await startRedis();
 const env = { ...process.env, ...(redis ? { WEFT_TEST_REDIS_URL: redis.url } : {}) };
@@ -113,5 +114,8 @@ if (leaked.length) {
   console.log('ok   no /dev/shm segment leaked');
   passed++;
 }
+// npm test must stay under 15 minutes with its build (the soak variants sit behind WEFT_SOAK=1).
+const minutes = (Date.now() - suiteStarted) / 60_000;
+console.log(`\nthe test files took ${minutes.toFixed(1)} minutes`);
 console.log(`\n${passed} passed, ${failed} failed${skipped ? `, ${skipped} skipped` : ''}`);
 process.exit(failed ? 1 : 0);
