@@ -8,9 +8,10 @@
  *   at least MULTI_LEADER_MIN_BYTES): reduce-scatter inside the host (each local rank gets a
  *   1/L shard), allreduce of each shard among the ranks with the same local rank on every host
  *   (L allreduces across hosts at once), allgather inside the host;
- * - small arrays on hosts with the same number of ranks: allreduce inside the host, then
- *   among the ranks with the same local rank on every host (two steps; every rank crosses
- *   the network with its host's sum, and none waits for a broadcast from its leader);
+ * - small arrays on hosts with the same number of ranks: allreduce inside the host (on the
+ *   host board: no messages), then among the ranks with the same local rank on every host
+ *   (two steps; every rank crosses the network with its host's sum, and none waits for a
+ *   broadcast from its leader);
  * - one leader per host (hosts with different numbers of ranks): reduce to local rank 0,
  *   allreduce among the leaders, broadcast inside the host.
  * broadcast: inside the root's host, then among the leaders, then inside the other hosts.
@@ -139,8 +140,9 @@ function* allreduceSteps<T extends TypedArray>(h: Hierarchy, input: T, out: T, o
     return;
   }
   if (h.peers) {
-    // Two steps, measured against the leader's three on 2 emulated hosts x 2 ranks (8 B,
-    // 2026-11-27, docs/hosts.md): 145-205 us per call against 220-300 us.
+    // Two steps against the leader's three, on 2 emulated hosts x 2 ranks at 8 B: 157-359 us
+    // per call against 295-387 us with the first step over messages, 154-215 us on the host
+    // board (docs/hosts.md, 2026-11-27, afternoon).
     yield (s) => (s ? allreduceSync : allreduce)(h.local, input, stepOptions(options, d, 0, out));
     yield (s) => (s ? allreduceSync : allreduce)(h.peers!, out, stepOptions(options, d));
     return;
