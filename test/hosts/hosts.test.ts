@@ -8,6 +8,8 @@ import * as assert from 'uvu/assert';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { randomBytes } from 'node:crypto';
+import { spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { EmulatedHosts } from '../../harness/emulated-hosts.js';
 import { runOnHosts, startRedisOn, type HostStore } from '../../harness/host-jobs.js';
 
@@ -202,6 +204,45 @@ if (why) {
     assert.equal(again.codes, [0, 0, 0], again.out.slice(-3000));
     // What the killed ranks left in host 1's /dev/shm went with the next job's sweep there.
     assert.not.match(again.out, /leaked in \/dev\/shm/, again.out.slice(-3000));
+  });
+
+  test('one rank of a host SIGKILLed in a loop of small allreduces (host board, then fabric): its host peer fails naming it, and the other host with it', async () => {
+    // Small allreduces start on the host board (no messages), so the wait there must notice a
+    // dead peer of its own host by itself, as the job board does on one host. The loop is
+    // allreduces only: rank 0 spends most of its time in the board step or the fabric step.
+    let seen = '';
+    const job = runOnHosts(hosts, {
+      perHost: [2, 2],
+      script: HOSTS_RANK,
+      args: ['loop', '2', '5000', 'allreduce-only'],
+      store: redis,
+      timeoutMs: 60_000,
+      onStart: (host, child) => {
+        if (host === 0) child.stdout!.on('data', (d) => (seen += d));
+      },
+    });
+    const t0 = performance.now();
+    while (performance.now() - t0 < 30_000 && !/looping rank 1/.test(seen)) await new Promise((res) => setTimeout(res, 100));
+    // Rank 1 alone (not its launcher): the process whose environment says WEFT_RANK=1.
+    const pids = spawnSync('pgrep', ['-f', 'hosts-rank\\.js loop'], { encoding: 'utf8' }).stdout.trim().split('\n').filter(Boolean);
+    const victim = pids.find((p) => {
+      try {
+        return readFileSync(`/proc/${p}/environ`, 'utf8').split('\0').includes('WEFT_RANK=1');
+      } catch {
+        return false;
+      }
+    });
+    assert.ok(victim, `no rank 1 among ${pids.join(', ')}:\n${seen.slice(-2000)}`);
+    process.kill(Number(victim), 'SIGKILL');
+    const r = await job;
+    for (const k of [0, 2, 3]) {
+      const m = new RegExp(`rank ${k} error after (\\d+) ms (\\w+): (.*)`).exec(r.out);
+      assert.ok(m, r.out.slice(-3000));
+      assert.ok(Number(m![1]) <= 5000 + 2000, `rank ${k} took ${m![1]} ms`);
+      // (Not just "rank 1": rank 3 calls itself rank 1 of its subgroup.)
+      assert.match(m![3], /rank 1 (died|is gone)/, m![0]);
+    }
+    assert.not.match(r.out, /leaked in \/dev\/shm/);
   });
 }
 

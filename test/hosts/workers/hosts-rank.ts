@@ -1,8 +1,9 @@
 // One rank of the multi-host tests (test/hosts), started by `weft run` on an emulated host.
 // argv[2] is the mode:
 //   info   prints "info rank R: {json}" (local rank and size, every rank's host, the provider)
-//   loop   allreduces (and barriers) in a loop until one fails; prints "looping rank R" after
-//          10 rounds and "rank R error after N ms CODE: message" at the end
+//   loop   allreduces (and barriers, unless the third argument is allreduce-only) in a loop
+//          until one fails (arguments: floats, timeout ms); prints "looping rank R" after 10
+//          rounds and "rank R error after N ms CODE: message" at the end
 //   wake   rank 0 waits (blocking) for a message rank 1 (on another host) sends 300 ms later,
 //          long enough for the wait to go to sleep; prints how many times the fabric's relay
 //          rang the sleeper's doorbell during that wait (up to 3 rounds, until it rang)
@@ -96,6 +97,7 @@ if (mode === 'info' || mode === 'near') {
 } else if (mode === 'loop') {
   const x = new Float32Array(Number(process.argv[3] ?? 50_000));
   const timeoutMs = Number(process.argv[4] ?? 5000);
+  const allreduceOnly = process.argv[5] === 'allreduce-only';
   let t0 = performance.now();
   try {
     for (let i = 0; ; i++) {
@@ -103,7 +105,7 @@ if (mode === 'info' || mode === 'near') {
       x.fill(1);
       await ctx.allreduce(x, { timeoutMs });
       if (x[0] !== size) throw new Error(`rank ${rank}: allreduce gave ${x[0]}, expected ${size}`);
-      await ctx.barrier({ timeoutMs });
+      if (!allreduceOnly) await ctx.barrier({ timeoutMs });
       t0 = performance.now();
     }
   } catch (err) {
