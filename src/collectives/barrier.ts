@@ -18,7 +18,7 @@ function* dissemination(c: CollectiveCall): Algorithm {
  * not for tagged calls). Not a host board: a hierarchical barrier's last step inside the host
  * starts once the leaders' step is done, later on a leader than on the others, so a board call
  * issued meanwhile (an allreduce's first step) would pair with it on one rank and not on
- * another. Board calls are only ever a call's first step (taken when the call is made).
+ * another. A host board serves only a call's first step (taken when the call is made).
  */
 function boardFor(g: Group, options: CollectiveOptions) {
   const board = g.transport.board;

@@ -25,6 +25,7 @@
  */
 import type { ReduceOp } from '../reduce/index.js';
 import { Deadline } from '../util/deadline.js';
+import { collectiveSlot } from '../transport/signature.js';
 import { refused, type CollectiveOptions, type Group } from './call.js';
 import { checkArray, checkInOut, checkLength, type TypedArray } from './checks.js';
 import { allreduce, allreduceSync, type AllreduceOptions } from './allreduce.js';
@@ -153,16 +154,47 @@ function* allreduceSteps<T extends TypedArray>(h: Hierarchy, input: T, out: T, o
   yield (s) => (s ? broadcastSync : broadcast)(h.local, out, stepOptions(options, d));
 }
 
+/**
+ * Claims the job's allreduce slot for the call's tag until the call ends. A small call's first
+ * step runs on the host board, which queues a second call made beside it instead of refusing
+ * it; without this claim that second call failed in its fabric step or went through, depending
+ * on timing. Now it is refused when it is made, on every rank, as a flat call is. Undefined for
+ * a bad tag (the first step refuses it, naming it).
+ */
+function claimAllreduce(g: Group, options: CollectiveOptions): number | undefined {
+  const tag = options.tag ?? 0;
+  if (!Number.isInteger(tag) || tag < 0 || tag > 0xffffffff) return undefined;
+  const slot = collectiveSlot('allreduce', tag) + g.transport.slotBase;
+  try {
+    g.transport.claimSlot(slot, () => `${g.label ?? `rank ${g.rank}`}: allreduce (tag ${tag})`);
+  } catch (err) {
+    throw refused(g, err);
+  }
+  return slot;
+}
+
 /** Hierarchical allreduce (see the file comment); `input` is checked by the caller. */
 export async function hierarchicalAllreduce<T extends TypedArray>(g: Group, h: Hierarchy, input: T, options: AllreduceOptions): Promise<T> {
   const out = (options.output as T | undefined) ?? input;
-  await runAsync(allreduceSteps(h, input, out, options, begin(g, options), g));
+  const d = begin(g, options);
+  const slot = claimAllreduce(g, options);
+  try {
+    await runAsync(allreduceSteps(h, input, out, options, d, g));
+  } finally {
+    if (slot !== undefined) g.transport.releaseSlot(slot);
+  }
   return out;
 }
 
 export function hierarchicalAllreduceSync<T extends TypedArray>(g: Group, h: Hierarchy, input: T, options: AllreduceOptions): T {
   const out = (options.output as T | undefined) ?? input;
-  runSync(allreduceSteps(h, input, out, options, begin(g, options), g));
+  const d = begin(g, options);
+  const slot = claimAllreduce(g, options);
+  try {
+    runSync(allreduceSteps(h, input, out, options, d, g));
+  } finally {
+    if (slot !== undefined) g.transport.releaseSlot(slot);
+  }
   return out;
 }
 

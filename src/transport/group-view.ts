@@ -34,7 +34,6 @@ export function labelText(l: WaitLabel): string {
 }
 
 /** The transport as collectives use it (the Device, or a subgroup's view of it). */
-
 export interface CollectiveTransport {
   readonly label: string;
   readonly failure: WeftError | undefined;
@@ -86,8 +85,9 @@ export class GroupView implements CollectiveTransport {
     readonly groupId: number,
     /**
      * The view is its host's ranks, in order (the hierarchy's host group): its small
-     * allreduces and barriers use the device's host board. One group per host may: board
-     * calls pair up in call order, and the hierarchy's plans keep that order on every rank.
+     * allreduces use the device's host board. One group per host may: board calls pair up in
+     * call order, and the hierarchy's plans make them only as a call's first step, when the
+     * call is made, in the same order on every rank.
      */
     options: { hostBoard?: boolean } = {},
   ) {

@@ -90,13 +90,19 @@ if (why) {
     assert.match(r.out, /ok rank 1: /);
   });
 
-  test('a bad argument on one rank of a hierarchical collective fails every rank at once (EINVAL), not by its timeout', async () => {
-    for (const which of ['allgather', 'reduceScatter', 'timeoutMs']) {
+  test('a bad argument on one rank of a hierarchical collective fails every rank at once (EINVAL), not by its timeout; so do two untagged allreduces at once', async () => {
+    // concurrent: a small allreduce starts on the host board, which queues a second call
+    // instead of refusing it; the hierarchical call holds the job's allreduce slot, so the
+    // second is refused when it is made (it used to fail in its fabric step, or not at all).
+    for (const which of ['allgather', 'reduceScatter', 'timeoutMs', 'concurrent']) {
       const r = await runOnHosts(hosts, { perHost: [2, 2], script: HOSTS_RANK, args: ['badarg', which], store: redis, timeoutMs: 60_000 });
       const lines = r.out.match(/badarg rank \d: .*/g) ?? [];
       assert.is(lines.length, 4, `${which}: ${r.out.slice(-2000)}`);
       // EINVAL on every rank is the abort; the others used to wait out the call's timeout (ETIMEDOUT).
       for (const l of lines) assert.match(l, /: EINVAL after \d+ ms/, `${which}: ${l}`);
+      // Refused by the job's call itself when it was made: a refusal from the step across
+      // hosts would name the subgroup ("rank R (rank x of 2 in the same local rank ...)").
+      if (which === 'concurrent') for (const l of lines) assert.match(l, /\(rank \d: allreduce \(tag 0\): a call of the same collective and tag is still in flight/, l);
     }
   });
 

@@ -17,7 +17,8 @@
 //          rank 1's host, rank 0 prints "rpcdead rank 0 after N ms CODE: message" (N since the
 //          last answer). The engine's peer timeout is 2 s.
 //   badarg rank 1 passes a wrong allgather output, then a wrong reduceScatter input, then a bad
-//          timeoutMs to allreduce; every rank prints "badarg rank R: CODE after N ms" for each
+//          timeoutMs to allreduce; or every rank makes two untagged small allreduces at once
+//          (concurrent); every rank prints "badarg rank R: CODE after N ms" for each
 import { init, type WeftError } from '../../../src/index.js';
 import { connectRpcMesh } from '../../../src/rpc/index.js';
 
@@ -88,7 +89,12 @@ if (mode === 'info' || mode === 'near') {
   try {
     if (which === 'allgather') await ctx.allgather(Float32Array.of(rank), new Float32Array(rank === 1 ? size + 1 : size), { timeoutMs: 20_000 });
     else if (which === 'reduceScatter') await ctx.reduceScatter(new Float32Array(rank === 1 ? size + 1 : size), new Float32Array(1), { timeoutMs: 20_000 });
-    else await ctx.allreduce(Float32Array.of(rank), { timeoutMs: rank === 1 ? ('x' as unknown as number) : 20_000 });
+    else if (which === 'concurrent') {
+      // Two untagged allreduces at once (a misuse): the second is refused when it is made.
+      const first = ctx.allreduce(Float32Array.of(rank), { timeoutMs: 20_000 });
+      first.catch(() => {});
+      await ctx.allreduce(Float32Array.of(rank), { timeoutMs: 20_000 });
+    } else await ctx.allreduce(Float32Array.of(rank), { timeoutMs: rank === 1 ? ('x' as unknown as number) : 20_000 });
     console.log(`badarg rank ${rank}: returned`);
   } catch (err) {
     console.log(`badarg rank ${rank}: ${(err as WeftError).code} after ${Math.round(performance.now() - t0)} ms (${(err as Error).message})`);
