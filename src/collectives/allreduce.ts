@@ -110,7 +110,8 @@ function plan(g: Group, input: TypedArray, options: AllreduceOptions, where: str
     const inB = bytesOf(input);
     const outB = bytesOf(output);
     const algorithm = options.algorithm === undefined || options.algorithm === 'hierarchical' ? 'auto' : options.algorithm;
-    const board = g.transport.board;
+    // The job's board on one host; on a job that spans hosts, the host group's host board.
+    const board = g.transport.smallBoard;
     if (algorithm === 'board' && (!board || inB.byteLength > Board.capacity)) {
       throw new WeftError('EINVAL', `${where}: algorithm 'board' needs the shm provider on one host and at most ${Board.capacity} bytes`);
     }
@@ -119,8 +120,8 @@ function plan(g: Group, input: TypedArray, options: AllreduceOptions, where: str
     if (g.size > 1 && board && (algorithm === 'board' || (algorithm === 'auto' && !options.tag && inB.byteLength <= Board.capacity && g.size <= 8))) {
       return { c, alg: undefined, out: output, board: { board, inB, fold: { op: red.op, dtype: red.dtype, count: input.length, out: outB } } };
     }
-    // The shared path reads peers' arrays through the job's board (a host board is for small calls).
-    const jobBoard = board?.wholeJob ? board : undefined;
+    // The shared path reads every rank's arrays through the job's board.
+    const jobBoard = g.transport.board;
     if (algorithm === 'shared' && (!jobBoard || g.size === 1 || options.tag)) {
       throw new WeftError('EINVAL', `${where}: algorithm 'shared' needs the shm provider on one host, more than one rank and no tag`);
     }

@@ -13,16 +13,9 @@ function* dissemination(c: CollectiveCall): Algorithm {
   for (let k = 1; k < n; k <<= 1) yield [c.recv((c.rank - k + n) % n, EMPTY), c.send((c.rank + k) % n, EMPTY)];
 }
 
-/**
- * The board when this barrier may use it (see allreduce: board calls pair up in call order, so
- * not for tagged calls). Not a host board: a hierarchical barrier's last step inside the host
- * starts once the leaders' step is done, later on a leader than on the others, so a board call
- * issued meanwhile (an allreduce's first step) would pair with it on one rank and not on
- * another. A host board serves only a call's first step (taken when the call is made).
- */
+/** The board when this barrier may use it (see allreduce: board calls pair up in call order, so not for tagged calls). */
 function boardFor(g: Group, options: CollectiveOptions) {
-  const board = g.transport.board;
-  return g.size > 1 && !options.tag && board?.wholeJob ? board : undefined;
+  return g.size > 1 && !options.tag ? g.transport.board : undefined;
 }
 
 /**

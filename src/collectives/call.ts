@@ -48,6 +48,11 @@ export type Algorithm = Generator<readonly TransportOp[], void, void>;
 /** How long an async collective polls a step before awaiting it (holds the event loop at most this long). */
 const ASYNC_SPIN_MS = 0.25;
 
+/** A collective's tag: an integer in [0, 2^32). */
+export function isTag(tag: unknown): tag is number {
+  return Number.isInteger(tag) && (tag as number) >= 0 && (tag as number) <= 0xffffffff;
+}
+
 export class CollectiveCall {
   readonly rank: number;
   readonly size: number;
@@ -73,7 +78,7 @@ export class CollectiveCall {
     this.size = group.size;
     this.device = group.transport;
     const tag = options.tag ?? 0;
-    if (!Number.isInteger(tag) || tag < 0 || tag > 0xffffffff) throw new WeftError('EINVAL', `rank ${this.rank}: ${collective}: tag must be an integer in [0, 2^32), got ${tag}`);
+    if (!isTag(tag)) throw new WeftError('EINVAL', `rank ${this.rank}: ${collective}: tag must be an integer in [0, 2^32), got ${tag}`);
     this.slot = collectiveSlot(collective, tag) + this.device.slotBase;
     this.tag = tag;
     try {

@@ -26,7 +26,7 @@
 import type { ReduceOp } from '../reduce/index.js';
 import { Deadline } from '../util/deadline.js';
 import { collectiveSlot } from '../transport/signature.js';
-import { refused, type CollectiveOptions, type Group } from './call.js';
+import { isTag, refused, type CollectiveOptions, type Group } from './call.js';
 import { checkArray, checkInOut, checkLength, type TypedArray } from './checks.js';
 import { allreduce, allreduceSync, type AllreduceOptions } from './allreduce.js';
 import { allgather, allgatherSync, allgatherv, allgathervSync } from './allgather.js';
@@ -163,7 +163,7 @@ function* allreduceSteps<T extends TypedArray>(h: Hierarchy, input: T, out: T, o
  */
 function claimAllreduce(g: Group, options: CollectiveOptions): number | undefined {
   const tag = options.tag ?? 0;
-  if (!Number.isInteger(tag) || tag < 0 || tag > 0xffffffff) return undefined;
+  if (!isTag(tag)) return undefined;
   const slot = collectiveSlot('allreduce', tag) + g.transport.slotBase;
   try {
     g.transport.claimSlot(slot, () => `${g.label ?? `rank ${g.rank}`}: allreduce (tag ${tag})`);

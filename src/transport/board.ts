@@ -5,7 +5,7 @@
  * peers' bytes as soon as their numbers match; it never waits for a message round trip.
  * A job that spans hosts has one board per host (the host board), among the ranks of that
  * host: the first step of a small hierarchical allreduce runs on it (only first steps may:
- * collectives/barrier.ts says why).
+ * CollectiveTransport.smallBoard says why).
  *
  * Layout (at `boardOffset` in every rank's inbox; u32 words):
  *   line 0   word 0 ARRIVE (sequence number of the last published call); words 1 + 2p and
@@ -95,11 +95,6 @@ export class Board {
       const inbox = r === device.rank ? device.inbox.bytes : (device.pairs[r]?.peerInbox as Uint8Array);
       this.boards.push(viewOf(inbox, device.boardOffset));
     }
-  }
-
-  /** The board spans every rank of the job (not only this host's). */
-  get wholeJob(): boolean {
-    return this.members.length === this.device.size;
   }
 
   /** A board when every peer's inbox is mapped (shm on one host), else undefined. */

@@ -39,6 +39,15 @@ export interface CollectiveTransport {
   readonly failure: WeftError | undefined;
   readonly closed: boolean;
   readonly board: Board | undefined;
+  /**
+   * The board a small allreduce may take: the job's board, or the host group's host board
+   * (GroupView's hostBoard option). Only a small allreduce, the first step of a hierarchical
+   * one: board calls pair up in call order, and a first step is made when its call is, in the
+   * same order on every rank. A later step (a hierarchical barrier's last one inside the host)
+   * starts when the steps before it end, at different times on a leader and the others, so a
+   * board call made meanwhile would pair with it on one rank and not on another.
+   */
+  readonly smallBoard: Board | undefined;
   readonly shared: SharedArrays;
   readonly stagedRings: boolean;
   /** Added to every slot of a call on this transport. */
@@ -105,8 +114,12 @@ export class GroupView implements CollectiveTransport {
   get closed(): boolean {
     return this.device.closed;
   }
-  /** The job's board spans every rank: a subgroup has none, except the host group's host board. */
+  /** The board spans every rank of the job: a subgroup has none. */
   get board(): Board | undefined {
+    return undefined;
+  }
+  /** The host group's host board (see CollectiveTransport.smallBoard). */
+  get smallBoard(): Board | undefined {
     return this.hostBoard;
   }
   get shared(): SharedArrays {
