@@ -8,6 +8,7 @@ import { WeftError } from '../errors.js';
 import { joinJob, type InitOptions } from './bootstrap.js';
 import { JobMember, type JobParts } from './member.js';
 import { hierarchyOf } from './hierarchy.js';
+import { closeFence } from './close-fence.js';
 import { checkArray, checkRoot } from '../collectives/checks.js';
 import { withCollectives } from './communicator.js';
 import * as C from '../collectives/index.js';
@@ -113,17 +114,21 @@ export class ProcessGroup extends withCollectives(JobMember) {
   }
 
   /**
-   * Leaves the job. Collective: waits (at most `timeoutMs`, default 5 s) in a barrier for the
-   * other ranks to close too, so the last messages this rank sent are delivered before its
-   * rings and QPs go away (on ofi a send is complete once staged, not once received). A rank
-   * that never closes only delays this; a dead one is skipped.
+   * Leaves the job. Collective: waits (at most `timeoutMs`, default 5 s) for the other ranks to
+   * close too, so the last messages this rank sent are delivered before its rings and QPs go
+   * away. On one host over shared memory that is a barrier; when ranks talk over the fabric,
+   * a fence through the store (close-fence.ts: on ofi a send is complete once staged, and a
+   * barrier's own last message could be lost with the device). A rank that never closes only
+   * delays this; a dead one is skipped.
    */
   private closing = false;
   override async close(options: WaitOptions = {}): Promise<void> {
     if (this.closing) return super.close(options);
     this.closing = true;
     if (!this.transport.failure && !this.transport.closed && this.size > 1) {
-      await C.barrier(this, { tag: CLOSE_TAG, timeoutMs: options.timeoutMs ?? 5000, signal: options.signal }).catch(() => {});
+      const wait = { timeoutMs: options.timeoutMs ?? 5000, signal: options.signal };
+      if (this.transport.board) await C.barrier(this, { tag: CLOSE_TAG, ...wait }).catch(() => {});
+      else await closeFence(this, wait).catch(() => {});
     }
     // After the barrier: no peer still moves data to or from this rank's segment. An engine
     // still opening is not waited for (it closes itself when it opens, see transfer()).

@@ -90,6 +90,11 @@ export class Device implements PairHost, CompletionSink, CollectiveTransport {
   private readonly byQpn: (Pair | undefined)[] = [];
   /** Failed completions of the batch being dispatched: handled after its messages. */
   private readonly failedPairs: Pair[] = [];
+  /**
+   * Peers whose pair failed (the peer died or its connection broke), counted even when nothing
+   * was in flight toward them: a close fence stops waiting for the job then.
+   */
+  lostPeers = 0;
   private readonly failedErrors: (WeftError | undefined)[] = [];
   private readonly failedStatus: number[] = [];
   closed = false;
@@ -252,6 +257,7 @@ export class Device implements PairHost, CompletionSink, CollectiveTransport {
 
   private pairFailed(pair: Pair, err: WeftError | undefined, status: number): void {
     if (pair.error) return;
+    this.lostPeers++;
     const dead = status === Status.PEER_DEAD;
     const detail = err ? unlabel(err.message, this.label) : statusName(status);
     const e = new WeftError(dead ? 'EPEERDEAD' : (err?.code ?? 'ETRANSPORT'), `${this.label}: rank ${pair.peer} ${dead ? 'died' : `failed (${statusName(status)})`}: ${detail}`, { cause: err });

@@ -16,6 +16,10 @@
 //          timeout and prints "rpc looping rank 0" after 100 answers; once the test has killed
 //          rank 1's host, rank 0 prints "rpcdead rank 0 after N ms CODE: message" (N since the
 //          last answer). The engine's peer timeout is 2 s.
+//   closes ten jobs one after the other in this process (the first from the launcher's
+//          environment, the others under prefixes of their own): 20 blocking 8-byte allreduces,
+//          then close() with a 60 s timeout; prints "closes rank R: 10 jobs, slowest close N ms".
+//          A close that lost its last message over the fabric would wait out those 60 s
 //   badarg rank 1 passes a wrong allgather output, then a wrong reduceScatter input, then a bad
 //          timeoutMs to allreduce; or every rank makes two untagged small allreduces at once
 //          (concurrent); every rank prints "badarg rank R: CODE after N ms" for each
@@ -100,6 +104,23 @@ if (mode === 'info' || mode === 'near') {
     console.log(`badarg rank ${rank}: ${(err as WeftError).code} after ${Math.round(performance.now() - t0)} ms (${(err as Error).message})`);
   }
   await ctx.close({ timeoutMs: 3000 });
+} else if (mode === 'closes') {
+  const JOBS = 10;
+  let slowest = 0;
+  let job = ctx;
+  for (let k = 0; k < JOBS; k++) {
+    if (k > 0) job = await init({ prefix: `${process.env.WEFT_PREFIX ?? 'weft'}-close${k}`, timeoutMs: 30_000 });
+    const x = new Float64Array(1);
+    for (let i = 0; i < 20; i++) {
+      x[0] = 1;
+      job.allreduceSync(x);
+      if (x[0] !== size) throw new Error(`rank ${rank}: allreduce gave ${x[0]} in job ${k}, expected ${size}`);
+    }
+    const t0 = performance.now();
+    await job.close({ timeoutMs: 60_000 });
+    slowest = Math.max(slowest, performance.now() - t0);
+  }
+  console.log(`closes rank ${rank}: ${JOBS} jobs, slowest close ${Math.round(slowest)} ms`);
 } else if (mode === 'loop') {
   const x = new Float32Array(Number(process.argv[3] ?? 50_000));
   const timeoutMs = Number(process.argv[4] ?? 5000);
