@@ -27,8 +27,13 @@ export interface Group {
   readonly transport: CollectiveTransport;
   /** Lends a scratch area of at least `bytes` bytes (pooled: no allocation in steady state). */
   acquire(bytes: number): Uint8Array;
-  /** Returns a scratch area lent by acquire. */
+  /** Returns a scratch area lent by acquire or acquireRegistered. */
   release(area: Uint8Array): void;
+  /**
+   * Lends scratch memory registered with the device, which the fabric sends from in place
+   * (heap memory when the rank has registered enough already); the job's group has it.
+   */
+  acquireRegistered?(bytes: number): Uint8Array;
 }
 
 /** Options every collective takes. */

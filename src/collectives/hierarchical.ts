@@ -102,9 +102,14 @@ function stepOptions(o: CollectiveOptions & { op?: ReduceOp; float?: 'float16' |
   return { tag: o.tag, signal: o.signal, timeoutMs: Math.max(1, d.remaining()), op: o.op, float: o.float, root, output, counts };
 }
 
-/** A typed view of `count` elements over scratch bytes of `g` (like `like`). */
+/**
+ * A typed view of `count` elements over scratch bytes of `g` (like `like`). Registered memory
+ * where the group lends it: every plan sends its scratch across hosts, and the fabric writes
+ * from registered memory in place instead of through a staging copy.
+ */
 function scratchOf<T extends TypedArray>(g: Group, like: T, count: number): { view: T; area: Uint8Array } {
-  const area = g.acquire(Math.max(1, count * like.BYTES_PER_ELEMENT));
+  const bytes = Math.max(1, count * like.BYTES_PER_ELEMENT);
+  const area = g.acquireRegistered ? g.acquireRegistered(bytes) : g.acquire(bytes);
   const Ctor = like.constructor as new (b: ArrayBufferLike, o: number, n: number) => T;
   return { view: new Ctor(area.buffer, area.byteOffset, count), area };
 }
