@@ -5,9 +5,9 @@
  * Why not a barrier: on ofi a send is complete once staged, not once received. A rank that
  * left the barrier closed its device while its last barrier message could still sit in its
  * command queue, and the peer waiting for it sat out the whole close timeout (2 hosts x 2
- * ranks: 5.3 s in about 1 close of 4, with libfabric retrying connections to the closed peer
- * the whole time). The store answers every request, so when the fence passes, every rank has
- * arrived at close, having finished all its collectives: nobody needs another byte from anyone.
+ * ranks: 5.3 s in 3 jobs of 10, with libfabric redialling the closed peer all along). The
+ * store answers every request, so when the fence passes, every rank has arrived at close,
+ * having finished all its collectives: nobody needs another byte from anyone.
  */
 import { Deadline, type WaitOptions } from '../util/deadline.js';
 import type { CompletionRouter } from '../nic/completion-router.js';
