@@ -130,7 +130,7 @@ export class ProcessGroup extends withCollectives(JobMember) {
       if (this.transport.board) await C.barrier(this, { tag: CLOSE_TAG, ...wait }).catch(() => {});
       else await closeFence(this, wait).catch(() => {});
     }
-    // After the barrier: no peer still moves data to or from this rank's segment. An engine
+    // After the barrier or fence: no peer still moves data to or from this rank's segment. An engine
     // still opening is not waited for (it closes itself when it opens, see transfer()).
     await this.openedEngine?.close();
     await super.close(options);

@@ -90,13 +90,13 @@ export class Device implements PairHost, CompletionSink, CollectiveTransport {
   private readonly byQpn: (Pair | undefined)[] = [];
   /** Failed completions of the batch being dispatched: handled after its messages. */
   private readonly failedPairs: Pair[] = [];
+  private readonly failedErrors: (WeftError | undefined)[] = [];
+  private readonly failedStatus: number[] = [];
   /**
    * Peers whose pair failed (the peer died or its connection broke), counted even when nothing
    * was in flight toward them: a close fence stops waiting for the job then.
    */
   lostPeers = 0;
-  private readonly failedErrors: (WeftError | undefined)[] = [];
-  private readonly failedStatus: number[] = [];
   closed = false;
 
   constructor(
