@@ -68,6 +68,12 @@ if (why) {
     assert.not.match(r.out, /leaked in \/dev\/shm/);
   });
 
+  test('a rank that closed its context early does not hold back the others: the fabric refuses the probe toward it for good, and their messages go past it (3 hosts x 1 rank)', async () => {
+    const r = await runOnHosts(hosts, { perHost: [1, 1, 1], script: HOSTS_RANK, args: ['leaver'], store: master(), timeoutMs: 60_000 });
+    assert.equal(r.codes, [0, 0, 0], r.out.slice(-3000));
+    for (const k of [0, 1]) assert.match(r.out, new RegExp(`leaver rank ${k}: \\d+ round trips`), r.out.slice(-3000));
+  });
+
   test(`every collective against its reference, 2 hosts x 2 ranks over Redis${soak ? '' : ' (large size 70001)'}`, async () => {
     const r = await runOnHosts(hosts, { perHost: [2, 2], script: COLLECTIVES, args: ['matrix'], store: redis, env: big, timeoutMs: 600_000 });
     assert.equal(r.codes.slice(0, 2), [0, 0], r.out.slice(-3000));

@@ -247,7 +247,7 @@ export class OfiDevice implements Device, QpHost {
 
   /** Hands staged commands to libfabric (one native call). */
   flush(): void {
-    if (this.cmds.count > 0) this.cmds.flush(this.onPostFailed);
+    if (this.cmds.pending > 0) this.cmds.flush(this.onPostFailed);
   }
 
   private readonly onPostFailed = (ctxLo: number, ctxHi: number, errno: number): void => {
@@ -284,7 +284,7 @@ export class OfiDevice implements Device, QpHost {
 
   /** Operations under way, commands or credits not handed over, completions unread (Device). */
   hasWorkInFlight(): boolean {
-    return this.inFlightOps > 0 || this.cmds.count > 0 || this.waitingQps.size > 0 || this.dirtyQps.length > 0 || this.local.size > 0 || this.cq.holding;
+    return this.inFlightOps > 0 || this.cmds.pending > 0 || this.waitingQps.size > 0 || this.dirtyQps.length > 0 || this.local.size > 0 || this.cq.holding;
   }
 
   /** Publishes every gathered credit (before sleeping: the peer may wait for them). */

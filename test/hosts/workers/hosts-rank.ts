@@ -20,6 +20,10 @@
 //          environment, the others under prefixes of their own): 20 blocking 8-byte allreduces,
 //          then close() with a 60 s timeout; prints "closes rank R: 10 jobs, slowest close N ms".
 //          A close that lost its last message over the fabric would wait out those 60 s
+//   leaver rank 2 (on a host of its own) closes its context at once and lives on for 4 s; ranks 0
+//          and 1 (on two other hosts) exchange 4 KiB messages with each other for 2 s, then print
+//          "leaver rank R: N round trips" (or "leaver rank R: CODE: message"). The fabric's probe
+//          toward the closed rank is refused for good; it must not hold back their messages
 //   badarg rank 1 passes a wrong allgather output, then a wrong reduceScatter input, then a bad
 //          timeoutMs to allreduce; or every rank makes two untagged small allreduces at once
 //          (concurrent); every rank prints "badarg rank R: CODE after N ms" for each
@@ -121,6 +125,35 @@ if (mode === 'info' || mode === 'near') {
     slowest = Math.max(slowest, performance.now() - t0);
   }
   console.log(`closes rank ${rank}: ${JOBS} jobs, slowest close ${Math.round(slowest)} ms`);
+} else if (mode === 'leaver') {
+  if (rank === 2) {
+    await ctx.close({ timeoutMs: 200 });
+    await new Promise((r) => setTimeout(r, 4000));
+  } else {
+    // Rank 0 says when to stop (x[0] = 1 in its last message), so both ranks end together.
+    const x = new Float32Array(1024);
+    const t0 = performance.now();
+    let n = 0;
+    try {
+      for (;;) {
+        if (rank === 0) {
+          x[0] = performance.now() - t0 > 2000 ? 1 : 0;
+          await ctx.send(x, 1, { timeoutMs: 5000 });
+          await ctx.recv(x, 1, { timeoutMs: 5000 });
+        } else {
+          await ctx.recv(x, 0, { timeoutMs: 5000 });
+          await ctx.send(x, 0, { timeoutMs: 5000 });
+        }
+        n++;
+        if (x[0] === 1) break;
+      }
+      console.log(`leaver rank ${rank}: ${n} round trips`);
+    } catch (err) {
+      console.log(`leaver rank ${rank}: ${(err as WeftError).code}: ${(err as Error).message}`);
+    }
+    // Not close(): its fence would wait for rank 2, which left already.
+  }
+  process.exit(0);
 } else if (mode === 'loop') {
   const x = new Float32Array(Number(process.argv[3] ?? 50_000));
   const timeoutMs = Number(process.argv[4] ?? 5000);
