@@ -98,7 +98,7 @@ export class JobMember {
   acquire(bytes: number): Uint8Array {
     const best = bestFit(this.pool, bytes);
     if (best >= 0) return this.pool.splice(best, 1)[0];
-    return new Uint8Array(2 ** Math.ceil(Math.log2(Math.max(bytes, 64))));
+    return new Uint8Array(powerOfTwoAtLeast(bytes, 64));
   }
 
   release(area: Uint8Array): void {
@@ -117,7 +117,7 @@ export class JobMember {
   acquireRegistered(bytes: number): Uint8Array {
     const i = bestFit(this.registeredPool, bytes);
     if (i >= 0) return this.registeredPool.splice(i, 1)[0];
-    const size = 2 ** Math.ceil(Math.log2(Math.max(bytes, 4096)));
+    const size = powerOfTwoAtLeast(bytes, 4096);
     if (this.registeredScratchBytes + size > REGISTERED_SCRATCH_MAX || this.closed) return this.acquire(bytes);
     this.registeredScratchBytes += size;
     return this.transport.shared.alloc(Uint8Array, size);
@@ -158,6 +158,11 @@ export class JobMember {
 
 /** Registered scratch a rank keeps at most (its hierarchical collectives' shards); beyond, heap scratch. */
 export const REGISTERED_SCRATCH_MAX = 64 * 1024 * 1024;
+
+/** The smallest power of two of at least `bytes` and `min` (pooled areas come in these sizes). */
+function powerOfTwoAtLeast(bytes: number, min: number): number {
+  return 2 ** Math.ceil(Math.log2(Math.max(bytes, min)));
+}
 
 /** The index of the smallest area of at least `bytes` bytes in `pool`, or -1. */
 function bestFit(pool: readonly Uint8Array[], bytes: number): number {

@@ -75,7 +75,7 @@ export class CommandBuffer {
         retried = true;
       } else {
         // Not yet: a held QP's new commands wait behind its held ones.
-        this.holdWhere(0, (key) => this.heldQps.has(key));
+        this.holdHeldQps();
       }
     }
     const heldBefore = this.heldCount;
@@ -102,9 +102,8 @@ export class CommandBuffer {
       // EAGAIN: hold this command and its QP's later ones; the rest go on.
       this.words.copyWithin(0, at, rest * CMD_WORDS);
       this.count = rest - accepted;
-      const key = qpKey(this.words[CMD_CTX + 1]);
-      this.heldQps.add(key);
-      this.holdWhere(0, (k) => k === key);
+      this.heldQps.add(qpKey(this.words[CMD_CTX + 1]));
+      this.holdHeldQps();
     }
     if (this.heldCount === 0) {
       this.retryDelayMs = 0;
@@ -129,12 +128,15 @@ export class CommandBuffer {
     }
   }
 
-  /** Moves staged commands from index `from` on whose QP `match`es to the held ones, in order. */
-  private holdWhere(from: number, match: (key: number) => boolean): void {
-    let keep = from;
-    for (let i = from; i < this.count; i++) {
+  /**
+   * Moves the staged commands of the held QPs to the held ones, in order. (No callback: this
+   * runs at every flush while a QP is held, and a poll allocates nothing.)
+   */
+  private holdHeldQps(): void {
+    let keep = 0;
+    for (let i = 0; i < this.count; i++) {
       const at = i * CMD_WORDS;
-      if (match(qpKey(this.words[at + CMD_CTX + 1]))) {
+      if (this.heldQps.has(qpKey(this.words[at + CMD_CTX + 1]))) {
         if ((this.heldCount + 1) * CMD_WORDS > this.held.length) {
           const next = new Uint32Array(Math.max(16, this.heldCount * 2) * CMD_WORDS);
           next.set(this.held.subarray(0, this.heldCount * CMD_WORDS));
