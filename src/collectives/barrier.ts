@@ -13,9 +13,15 @@ function* dissemination(c: CollectiveCall): Algorithm {
   for (let k = 1; k < n; k <<= 1) yield [c.recv((c.rank - k + n) % n, EMPTY), c.send((c.rank + k) % n, EMPTY)];
 }
 
-/** The board when this barrier may use it (see allreduce: board calls pair up in call order, so not for tagged calls). */
-function boardFor(g: Group, options: CollectiveOptions) {
-  return g.size > 1 && !options.tag ? g.transport.board : undefined;
+/**
+ * The board when this barrier may use it (see allreduce: board calls pair up in call order, so
+ * not for tagged calls). `first`: the barrier is the first step of a hierarchical call, which
+ * may take the host group's host board (CollectiveTransport.smallBoard says why only a first
+ * step may).
+ */
+function boardFor(g: Group, options: CollectiveOptions, first: boolean) {
+  if (g.size <= 1 || options.tag) return undefined;
+  return first ? g.transport.smallBoard : g.transport.board;
 }
 
 /**
@@ -30,18 +36,18 @@ function begin(g: Group, options: CollectiveOptions): CollectiveCall {
   }
 }
 
-export async function barrier(g: Group, options: CollectiveOptions = {}): Promise<void> {
+export async function barrier(g: Group, options: CollectiveOptions = {}, first = false): Promise<void> {
   const c = begin(g, options);
-  const board = boardFor(g, options);
+  const board = boardFor(g, options, first);
   if (!board) return runAsync(c, dissemination(c));
   if (CHECK_CALLS) await driveAsync(c, agreement(c));
   await board.exchangeAsync(EMPTY, c.sig, c);
   c.device.markFinished(c.slot, c.call);
 }
 
-export function barrierSync(g: Group, options: CollectiveOptions = {}): void {
+export function barrierSync(g: Group, options: CollectiveOptions = {}, first = false): void {
   const c = begin(g, options);
-  const board = boardFor(g, options);
+  const board = boardFor(g, options, first);
   if (!board) return runSync(c, dissemination(c));
   if (CHECK_CALLS) driveSync(c, agreement(c));
   board.exchangeSync(EMPTY, c.sig, c);

@@ -287,8 +287,19 @@ export function hierarchicalReduceScatterSync<T extends TypedArray>(g: Group, h:
   return output;
 }
 
+/**
+ * Inside the host first, on the host board (a first step may take it). Hosts with as many
+ * ranks each then need one more step: every local rank waits for the same local rank of every
+ * other host, which left its own host's step only once all its host's ranks had arrived. Other
+ * hosts: among the leaders, then inside the host again, over messages (a later step may not
+ * take the board).
+ */
 function* barrierSteps(h: Hierarchy, options: CollectiveOptions, d: Deadline): Generator<Step> {
-  if (h.local.size > 1) yield (s) => (s ? barrierSync : barrier)(h.local, stepOptions(options, d));
+  if (h.local.size > 1) yield (s) => (s ? barrierSync : barrier)(h.local, stepOptions(options, d), true);
+  if (h.peers) {
+    yield (s) => (s ? barrierSync : barrier)(h.peers!, stepOptions(options, d));
+    return;
+  }
   if (h.leaders) yield (s) => (s ? barrierSync : barrier)(h.leaders!, stepOptions(options, d));
   if (h.local.size > 1) yield (s) => (s ? barrierSync : barrier)(h.local, stepOptions(options, d));
 }

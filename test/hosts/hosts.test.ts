@@ -61,6 +61,14 @@ if (why) {
     assert.not.match(r.out, /leaked in \/dev\/shm/);
   });
 
+  test('a barrier across hosts lets no rank leave before the last one arrived: 2 hosts x 2 ranks (host board, then the same local rank of every host) and 3 hosts x {1, 2, 1} (host board, leaders, host)', async () => {
+    for (const perHost of [[2, 2], [1, 2, 1]]) {
+      const r = await runOnHosts(hosts, { perHost, script: HOSTS_RANK, args: ['fence'], store: master(), timeoutMs: 60_000 });
+      assert.ok(r.codes.every((c) => c === 0), r.out.slice(-3000));
+      for (let k = 0; k < 4; k++) assert.match(r.out, new RegExp(`fence rank ${k}: 40 barriers, left early 0\\b`), `${perHost}: ${r.out.slice(-3000)}`);
+    }
+  });
+
   test('ten jobs in a row close without waiting out their close timeout (a close over the fabric lost its last message in about 1 job of 3)', async () => {
     const r = await runOnHosts(hosts, { perHost: [2, 2], script: HOSTS_RANK, args: ['closes'], store: master(), timeoutMs: 100_000 });
     assert.equal(r.codes.slice(0, 2), [0, 0], r.out.slice(-3000));

@@ -24,6 +24,10 @@
 //          and 1 (on two other hosts) exchange 4 KiB messages with each other for 2 s, then print
 //          "leaver rank R: N round trips" (or "leaver rank R: CODE: message"). The fabric's probe
 //          toward the closed rank is refused for good; it must not hold back their messages
+//   fence  40 barriers (blocking and awaited in turn); in each, one rank (in turn) enters 15 ms
+//          after the others. Entry and exit times (the machine's monotonic clock, which every
+//          emulated host shares) are gathered; prints "fence rank R: 40 barriers, left early E"
+//          (E: exits before the last rank's entry, by more than 1 ms)
 //   badarg rank 1 passes a wrong allgather output, then a wrong reduceScatter input, then a bad
 //          timeoutMs to allreduce; or every rank makes two untagged small allreduces at once
 //          (concurrent); every rank prints "badarg rank R: CODE after N ms" for each
@@ -90,6 +94,30 @@ if (mode === 'info' || mode === 'near') {
     console.log(`rpcdead rank 0 after ${Math.round(performance.now() - last)} ms ${(err as WeftError).code}: ${(err as Error).message}`);
   }
   await ctx.close({ timeoutMs: 3000 });
+} else if (mode === 'fence') {
+  const rounds = 40;
+  const ms = () => Number(process.hrtime.bigint()) / 1e6;
+  const times = new Float64Array(2 * rounds);
+  ctx.barrierSync();
+  for (let i = 0; i < rounds; i++) {
+    if (rank === i % size) {
+      const until = ms() + 15;
+      while (ms() < until);
+    }
+    times[2 * i] = ms();
+    if (i & 1) await ctx.barrier();
+    else ctx.barrierSync();
+    times[2 * i + 1] = ms();
+  }
+  const all = ctx.allgatherSync(times, new Float64Array(2 * rounds * size));
+  let early = 0;
+  for (let i = 0; i < rounds; i++) {
+    let lastIn = -Infinity;
+    for (let r = 0; r < size; r++) lastIn = Math.max(lastIn, all[r * 2 * rounds + 2 * i]);
+    for (let r = 0; r < size; r++) if (all[r * 2 * rounds + 2 * i + 1] < lastIn - 1) early++;
+  }
+  console.log(`fence rank ${rank}: ${rounds} barriers, left early ${early}`);
+  await ctx.close();
 } else if (mode === 'badarg') {
   // Each call in a job of its own: the first refusal aborts the job, as a flat call's does.
   const which = process.argv[3];
