@@ -333,7 +333,7 @@ async function shared(c: ProcessGroup): Promise<void> {
 }
 
 /**
- * Collectives over ctx.alloc arrays on any provider. On ofi, sends of at least 64 KiB from such
+ * Collectives over ctx.alloc arrays on any provider. On ofi, sends of at least 512 KiB from such
  * arrays are written from them in place (no staging copy) and finish on the peer's credit.
  */
 async function registered(c: ProcessGroup): Promise<void> {
