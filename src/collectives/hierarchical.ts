@@ -5,7 +5,7 @@
  *
  * allreduce, three plans:
  * - several leaders per host (every host runs the same number L of ranks, and the array has
- *   at least MULTI_LEADER_MIN_BYTES): reduce-scatter inside the host (each local rank gets a
+ *   at least MULTI_LEADER_MIN_BYTES and does not fit the host board): reduce-scatter inside the host (each local rank gets a
  *   1/L shard), allreduce of each shard among the ranks with the same local rank on every host
  *   (L allreduces across hosts at once), allgather inside the host;
  * - small arrays on hosts with the same number of ranks: allreduce inside the host (on the
@@ -18,7 +18,8 @@
  * allgather / reduceScatter (hosts holding contiguous blocks of ranks, as weft run places
  * them; otherwise the flat algorithm): gather to the leader, allgatherv among leaders, broadcast
  * inside the host; reduce to the leader, reduce-scatter among leaders by host, scatter inside.
- * barrier: inside the host, among the leaders, inside the host again.
+ * barrier: on hosts with as many ranks each, inside the host (host board), then among the same
+ * local rank of every host; otherwise inside the host, among the leaders, inside again.
  *
  * Each step is an ordinary collective call on a subgroup (own slots, own checks); a failure in
  * any aborts the job as usual. The same steps run with the Promise or the blocking calls.
@@ -26,6 +27,7 @@
 import type { ReduceOp } from '../reduce/index.js';
 import { Deadline } from '../util/deadline.js';
 import { collectiveSlot } from '../transport/signature.js';
+import { Board } from '../transport/board.js';
 import { isTag, refused, type CollectiveOptions, type Group } from './call.js';
 import { checkArray, checkInOut, checkLength, type TypedArray } from './checks.js';
 import { allreduce, allreduceSync, type AllreduceOptions } from './allreduce.js';
@@ -36,7 +38,10 @@ import { gather, gatherSync, scatter, scatterSync } from './gather.js';
 import { reduce, reduceSync } from './reduce.js';
 import { reduceScatter, reduceScatterSync, type ReduceScatterOptions } from './reduce-scatter.js';
 
-/** Several leaders per host pay off from this size (below, one leader's 3 steps are cheaper). */
+/**
+ * Several leaders per host pay off from this size (below, one leader's 3 steps are cheaper),
+ * unless the array fits the host board (onHostBoard).
+ */
 export const MULTI_LEADER_MIN_BYTES = 64 * 1024;
 
 /** Where every rank of a job that spans hosts sits, and the subgroups the plans use. */
@@ -121,6 +126,17 @@ function evenCounts(n: number, parts: number): number[] {
 }
 
 /**
+ * The two-step plan's first step will run on the host board (as allreduce's plan decides for
+ * an untagged call of at most Board.capacity bytes among at most 8 ranks). Then it beats the
+ * several leaders' plan, whose two steps inside the host are messages: 2 x 2 emulated hosts,
+ * 64 KiB, barrier then one timed call, max over ranks: 324 / 324 us against 418 / 462 us. From
+ * 128 KiB on (no board), several leaders win: 494 / 517 against 687 / 735 us.
+ */
+function onHostBoard(h: Hierarchy, input: TypedArray, options: AllreduceOptions): boolean {
+  return !options.tag && h.local.transport.smallBoard !== undefined && input.byteLength <= Board.capacity && h.local.size <= 8;
+}
+
+/**
  * The steps of a hierarchical allreduce of `input` into `out` (the same array in place). Out of
  * place, the first step reads `input` and the later ones work on `out`: no step copies the
  * whole array first (such a copy of 1 MiB of ctx.alloc memory cost 80-150 us per rank on 2
@@ -133,7 +149,7 @@ function* allreduceSteps<T extends TypedArray>(h: Hierarchy, input: T, out: T, o
     yield (s) => (s ? allreduceSync : allreduce)(h.leaders!, input, stepOptions(options, d, 0, out));
     return;
   }
-  if (h.peers && input.byteLength >= MULTI_LEADER_MIN_BYTES && input.length >= L) {
+  if (h.peers && input.byteLength >= MULTI_LEADER_MIN_BYTES && input.length >= L && !onHostBoard(h, input, options)) {
     const counts = evenCounts(input.length, L);
     const { view: shard, area } = scratchOf(g, input, counts[h.local.rank]);
     try {
