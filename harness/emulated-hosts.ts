@@ -24,7 +24,7 @@
  */
 import { spawn, spawnSync, type ChildProcess, type SpawnOptions } from 'node:child_process';
 import { chmodSync, existsSync, mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { availableParallelism, tmpdir } from 'node:os';
 import path from 'node:path';
 
 const PREFIX = 'weftns';
@@ -38,6 +38,29 @@ export interface EmulatedHost {
   hostname: string;
   netns: string;
   address: string;
+  /** The cores its processes may run on (a `taskset -c` list), when it has cores of its own. */
+  cpus?: string;
+}
+
+/** Options of `EmulatedHosts.create`. */
+export interface EmulatedHostsOptions {
+  /**
+   * Give each host cores of its own, as real hosts have: the machine's cores split evenly
+   * among the hosts (host i of H on C cores: cores floor(iC/H) to floor((i+1)C/H) - 1), or
+   * one core each in turn when there are more hosts than cores. Every process started on a
+   * host (and everything it starts, such as an rsh agent's daemons) inherits that affinity.
+   * Without it the hosts' processes share every core, and two ranks of different hosts can
+   * take turns on one core where real hosts would run them side by side. Default false.
+   */
+  ownCores?: boolean;
+}
+
+/** The cores of host `i` of `count` on a machine of `cores` cores (see EmulatedHostsOptions.ownCores). */
+export function hostCpuList(i: number, count: number, cores: number): string {
+  if (count >= cores) return String(i % cores);
+  const first = Math.floor((i * cores) / count);
+  const last = Math.floor(((i + 1) * cores) / count) - 1;
+  return first === last ? String(first) : `${first}-${last}`;
 }
 
 function run(args: string[]): { ok: boolean; text: string } {
@@ -101,15 +124,25 @@ export class EmulatedHosts {
     readonly id: string,
     readonly subnet: number,
     count: number,
+    options: EmulatedHostsOptions,
   ) {
-    this.hosts = [...Array(count).keys()].map((i) => ({ index: i, hostname: `weft-h${i}`, netns: `${id}-h${i}`, address: `169.254.${subnet}.${i + 1}` }));
+    const cores = availableParallelism();
+    this.hosts = [...Array(count).keys()].map((i) => ({
+      index: i,
+      hostname: `weft-h${i}`,
+      netns: `${id}-h${i}`,
+      address: `169.254.${subnet}.${i + 1}`,
+      ...(options.ownCores ? { cpus: hostCpuList(i, count, cores) } : {}),
+    }));
     this.hostsFile = path.join(tmpdir(), `${id}-hosts`);
     writeFileSync(this.hostsFile, ['127.0.0.1 localhost', ...this.hosts.map((h) => `${h.address} ${h.hostname}`), ''].join('\n'));
   }
 
-  /** The shell lines that make a process's namespaces look like host `host` (hostname, /dev/shm, /etc/hosts). */
+  /** The shell lines that make a process's namespaces look like host `host` (hostname, /dev/shm, /etc/hosts, its cores). */
   private enter(host: EmulatedHost): string[] {
-    return [`hostname ${host.hostname}`, `mount --bind ${this.shmDir(host)} /dev/shm`, `mount --bind ${this.hostsFile} /etc/hosts`];
+    const lines = [`hostname ${host.hostname}`, `mount --bind ${this.shmDir(host)} /dev/shm`, `mount --bind ${this.hostsFile} /etc/hosts`];
+    if (host.cpus !== undefined) lines.push(`taskset -p -c ${host.cpus} $$ > /dev/null`);
+    return lines;
   }
 
   /** Host `host`'s /dev/shm, a directory of the machine's. */
@@ -137,19 +170,20 @@ export class EmulatedHosts {
     if (typeof process.getuid === 'function' && process.getuid() !== 0) return 'emulated hosts need root (network and mount namespaces); CI runs as root';
     if (!run(['ip', '-V']).ok) return 'emulated hosts need `ip` from iproute2 (apt-get install iproute2)';
     if (!run(['unshare', '--version']).ok) return 'emulated hosts need `unshare` from util-linux';
+    if (!run(['taskset', '--version']).ok) return 'emulated hosts need `taskset` from util-linux';
     if (!existsSync('/dev/shm')) return 'emulated hosts need /dev/shm';
     return undefined;
   }
 
   /** Makes `count` hosts on one link. Throws when `unavailable()` says why. */
-  static async create(count: number): Promise<EmulatedHosts> {
+  static async create(count: number, options: EmulatedHostsOptions = {}): Promise<EmulatedHosts> {
     const why = EmulatedHosts.unavailable();
     if (why) throw new Error(why);
     sweepStale();
     const n = instances++;
     const id = `${PREFIX}-${process.pid}-${n}`;
     const subnet = 1 + ((process.pid * 7 + n * 13) % 250);
-    const h = new EmulatedHosts(id, subnet, count);
+    const h = new EmulatedHosts(id, subnet, count, options);
     try {
       const sw = `${id}-sw`;
       must(['ip', 'netns', 'add', sw]);

@@ -10,7 +10,7 @@ import { fileURLToPath } from 'node:url';
 import { randomBytes } from 'node:crypto';
 import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import { EmulatedHosts } from '../../harness/emulated-hosts.js';
+import { EmulatedHosts, hostCpuList } from '../../harness/emulated-hosts.js';
 import { runOnHosts, startRedisOn, type HostStore } from '../../harness/host-jobs.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -34,6 +34,24 @@ if (why) {
     await hosts?.destroy();
     const left = EmulatedHosts.leftovers();
     if (left.length) throw new Error(`emulated hosts left namespaces behind: ${left.join(', ')}`);
+  });
+
+  test('emulated hosts with cores of their own: every process on a host runs on its share of the cores (and an rsh agent passes it on)', async () => {
+    assert.equal([0, 1].map((i) => hostCpuList(i, 2, 2)), ['0', '1']);
+    assert.equal([0, 1, 2].map((i) => hostCpuList(i, 3, 2)), ['0', '1', '0']);
+    assert.equal([0, 1].map((i) => hostCpuList(i, 2, 8)), ['0-3', '4-7']);
+    assert.equal([0, 1, 2].map((i) => hostCpuList(i, 3, 8)), ['0-1', '2-4', '5-7']);
+    const own = await EmulatedHosts.create(2, { ownCores: true });
+    try {
+      const allowed = (argv: string[]) => /Cpus_allowed_list:\s*(\S+)/.exec(spawnSync(argv[0], argv.slice(1), { encoding: 'utf8' }).stdout)?.[1];
+      for (const host of own.hosts) {
+        assert.ok(host.cpus);
+        assert.is(allowed(own.argv(host.index, 'cat', ['/proc/self/status'])), host.cpus);
+        assert.is(allowed([own.rshAgent(), host.hostname, 'cat', '/proc/self/status']), host.cpus);
+      }
+    } finally {
+      await own.destroy();
+    }
   });
 
   const secret = randomBytes(16).toString('hex');
