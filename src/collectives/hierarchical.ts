@@ -5,9 +5,10 @@
  *
  * allreduce, three plans:
  * - several leaders per host (every host runs the same number L of ranks, and the array has
- *   at least MULTI_LEADER_MIN_BYTES and does not fit the host board): reduce-scatter inside the host (each local rank gets a
- *   1/L shard), allreduce of each shard among the ranks with the same local rank on every host
- *   (L allreduces across hosts at once), allgather inside the host;
+ *   at least MULTI_LEADER_MIN_BYTES and does not fit the host board): reduce-scatter inside
+ *   the host (each local rank gets a 1/L shard), allreduce of each shard among the ranks with
+ *   the same local rank on every host (L allreduces across hosts at once), allgather inside
+ *   the host;
  * - small arrays on hosts with the same number of ranks: allreduce inside the host (on the
  *   host board: no messages), then among the ranks with the same local rank on every host
  *   (two steps; every rank crosses the network with its host's sum, and none waits for a
@@ -40,7 +41,7 @@ import { reduceScatter, reduceScatterSync, type ReduceScatterOptions } from './r
 
 /**
  * Several leaders per host pay off from this size (below, one leader's 3 steps are cheaper),
- * unless the array fits the host board (onHostBoard).
+ * unless the array fits the host board (fitsHostBoard).
  */
 export const MULTI_LEADER_MIN_BYTES = 64 * 1024;
 
@@ -126,14 +127,16 @@ function evenCounts(n: number, parts: number): number[] {
 }
 
 /**
- * The two-step plan's first step will run on the host board (as allreduce's plan decides for
+ * The two-step plan's first step can run on the host board (as allreduce's plan decides for
  * an untagged call of at most Board.capacity bytes among at most 8 ranks). Then it beats the
  * several leaders' plan, whose two steps inside the host are messages: 2 x 2 emulated hosts,
  * 64 KiB, barrier then one timed call, max over ranks: 324 / 324 us against 418 / 462 us. From
- * 128 KiB on (no board), several leaders win: 494 / 517 against 687 / 735 us.
+ * 128 KiB on (no board), several leaders win: 494 / 517 against 687 / 735 us. Decided from the
+ * call alone (size, tag, ranks per host), never from whether this host has a board: every
+ * rank of the job must pick the same plan, or their steps across hosts would not match.
  */
-function onHostBoard(h: Hierarchy, input: TypedArray, options: AllreduceOptions): boolean {
-  return !options.tag && h.local.transport.smallBoard !== undefined && input.byteLength <= Board.capacity && h.local.size <= 8;
+function fitsHostBoard(h: Hierarchy, input: TypedArray, options: AllreduceOptions): boolean {
+  return !options.tag && input.byteLength <= Board.capacity && h.local.size <= 8;
 }
 
 /**
@@ -149,7 +152,7 @@ function* allreduceSteps<T extends TypedArray>(h: Hierarchy, input: T, out: T, o
     yield (s) => (s ? allreduceSync : allreduce)(h.leaders!, input, stepOptions(options, d, 0, out));
     return;
   }
-  if (h.peers && input.byteLength >= MULTI_LEADER_MIN_BYTES && input.length >= L && !onHostBoard(h, input, options)) {
+  if (h.peers && input.byteLength >= MULTI_LEADER_MIN_BYTES && input.length >= L && !fitsHostBoard(h, input, options)) {
     const counts = evenCounts(input.length, L);
     const { view: shard, area } = scratchOf(g, input, counts[h.local.rank]);
     try {

@@ -7,9 +7,10 @@
 //   wake   rank 0 waits (blocking) for a message rank 1 (on another host) sends 300 ms later,
 //          long enough for the wait to go to sleep; prints how many times the fabric's relay
 //          rang the sleeper's doorbell during that wait (up to 3 rounds, until it rang)
-//   near   info, then 1,000 blocking 8-byte allreduces and 1,000 blocking 8-byte broadcasts
+//   near   info, then 1,000 blocking 8-byte allreduces, 100 allreduces of 64 KiB (blocking and
+//          awaited in turn) and 1,000 blocking 8-byte broadcasts
 //          from rank 0 (hierarchical); prints "near rank R (local L): wrong W, fabric skips K"
-//          (W: wrong results of both loops; K: fabric reads skipped during the broadcasts, where
+//          (W: wrong results of the loops; K: fabric reads skipped during the broadcasts, where
 //          a rank that is not its host's leader waits on shared memory only and should leave
 //          the idle fabric unread on most polls)
 //   rpcdead rank 1 serves copyrpc requests (echo); rank 0 keeps 4 in flight toward it with a 60 s
@@ -42,7 +43,7 @@ if (mode === 'info' || mode === 'near') {
   const hosts = [...Array(size).keys()].map((r) => ctx.hostOf(r));
   console.log(`info rank ${rank}: ${JSON.stringify({ localRank: ctx.localRank, localSize: ctx.localSize, hosts, provider: ctx.device.providerName })}`);
   await ctx.barrier();
-  if (mode === 'near') near();
+  if (mode === 'near') await near();
   await ctx.close();
 } else if (mode === 'wake') {
   const x = new Float64Array(1);
@@ -203,7 +204,7 @@ if (mode === 'info' || mode === 'near') {
 }
 
 /** Mode 'near' (see the top). */
-function near(): void {
+async function near(): Promise<void> {
   const cq = (ctx.device as unknown as { cq: { fabricSkips?: number } }).cq;
   const x = new Float64Array(1);
   let wrong = 0;
@@ -213,6 +214,17 @@ function near(): void {
     ctx.allreduceSync(x);
     // 0 + 1 + ... + (size-1) + size * i
     if (x[0] !== (size * (size - 1)) / 2 + size * i) wrong++;
+  }
+  // 64 KiB, what the host board holds: the two-step plan with a full board (sync and awaited).
+  const full = ctx.alloc(Float32Array, 16384);
+  for (let i = 0; i < 100; i++) {
+    for (let k = 0; k < full.length; k++) full[k] = rank + k + i;
+    if (i & 1) await ctx.allreduce(full);
+    else ctx.allreduceSync(full);
+    for (let k = 0; k < full.length; k++) if (full[k] !== (size * (size - 1)) / 2 + size * (k + i)) {
+      wrong++;
+      break;
+    }
   }
   // A small allreduce crosses the network from every rank (docs/hosts.md): the fabric is busy
   // on all of them. A broadcast reaches a host's other ranks from its leader, over shared memory.
