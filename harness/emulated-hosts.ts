@@ -23,7 +23,7 @@
  * await hosts.destroy();
  */
 import { spawn, spawnSync, type ChildProcess, type SpawnOptions } from 'node:child_process';
-import { chmodSync, existsSync, mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { availableParallelism, tmpdir } from 'node:os';
 import path from 'node:path';
 
@@ -40,14 +40,16 @@ export interface EmulatedHost {
   address: string;
   /** The cores its processes may run on (a `taskset -c` list), when it has cores of its own. */
   cpus?: string;
+  /** How many cores that list holds. */
+  cpuCount?: number;
 }
 
 /** Options of `EmulatedHosts.create`. */
 export interface EmulatedHostsOptions {
   /**
-   * Give each host cores of its own, as real hosts have: the machine's cores split evenly
-   * among the hosts (host i of H on C cores: cores floor(iC/H) to floor((i+1)C/H) - 1), or
-   * one core each in turn when there are more hosts than cores. Every process started on a
+   * Give each host cores of its own, as real hosts have: the cores this process may run on
+   * (its affinity, which a cpuset may narrow) split into H equal runs, one per host, or one
+   * core each in turn when there are more hosts than cores. Every process started on a
    * host (and everything it starts, such as an rsh agent's daemons) inherits that affinity.
    * Without it the hosts' processes share every core, and two ranks of different hosts can
    * take turns on one core where real hosts would run them side by side. Default false.
@@ -55,12 +57,25 @@ export interface EmulatedHostsOptions {
   ownCores?: boolean;
 }
 
-/** The cores of host `i` of `count` on a machine of `cores` cores (see EmulatedHostsOptions.ownCores). */
-export function hostCpuList(i: number, count: number, cores: number): string {
-  if (count >= cores) return String(i % cores);
-  const first = Math.floor((i * cores) / count);
-  const last = Math.floor(((i + 1) * cores) / count) - 1;
-  return first === last ? String(first) : `${first}-${last}`;
+/**
+ * The cores of host `i` of `count`, from the cores this process may use (`cores`, in order; see
+ * EmulatedHostsOptions.ownCores).
+ */
+export function hostCpus(i: number, count: number, cores: readonly number[]): number[] {
+  const n = cores.length;
+  if (count >= n) return [cores[i % n]];
+  return cores.slice(Math.floor((i * n) / count), Math.floor(((i + 1) * n) / count));
+}
+
+/** The cores this process may run on (Cpus_allowed_list: "0-3,8"), else 0 .. availableParallelism() - 1. */
+function allowedCpus(): number[] {
+  const list = /^Cpus_allowed_list:\s*(\S+)/m.exec(readFileSync('/proc/self/status', 'utf8'))?.[1];
+  const out: number[] = [];
+  for (const part of list?.split(',') ?? []) {
+    const [a, b] = part.split('-').map(Number);
+    for (let c = a; c <= (b ?? a); c++) out.push(c);
+  }
+  return out.length > 0 && out.every(Number.isInteger) ? out : [...Array(availableParallelism()).keys()];
 }
 
 function run(args: string[]): { ok: boolean; text: string } {
@@ -126,14 +141,16 @@ export class EmulatedHosts {
     count: number,
     options: EmulatedHostsOptions,
   ) {
-    const cores = availableParallelism();
-    this.hosts = [...Array(count).keys()].map((i) => ({
-      index: i,
-      hostname: `weft-h${i}`,
-      netns: `${id}-h${i}`,
-      address: `169.254.${subnet}.${i + 1}`,
-      ...(options.ownCores ? { cpus: hostCpuList(i, count, cores) } : {}),
-    }));
+    const cores = options.ownCores ? allowedCpus() : [];
+    this.hosts = [...Array(count).keys()].map((i) => {
+      const host: EmulatedHost = { index: i, hostname: `weft-h${i}`, netns: `${id}-h${i}`, address: `169.254.${subnet}.${i + 1}` };
+      if (options.ownCores) {
+        const mine = hostCpus(i, count, cores);
+        host.cpus = mine.join(',');
+        host.cpuCount = mine.length;
+      }
+      return host;
+    });
     this.hostsFile = path.join(tmpdir(), `${id}-hosts`);
     writeFileSync(this.hostsFile, ['127.0.0.1 localhost', ...this.hosts.map((h) => `${h.address} ${h.hostname}`), ''].join('\n'));
   }
@@ -141,7 +158,7 @@ export class EmulatedHosts {
   /** The shell lines that make a process's namespaces look like host `host` (hostname, /dev/shm, /etc/hosts, its cores). */
   private enter(host: EmulatedHost): string[] {
     const lines = [`hostname ${host.hostname}`, `mount --bind ${this.shmDir(host)} /dev/shm`, `mount --bind ${this.hostsFile} /etc/hosts`];
-    if (host.cpus !== undefined) lines.push(`taskset -p -c ${host.cpus} $$ > /dev/null`);
+    if (host.cpus !== undefined) lines.push(`taskset -p -c ${host.cpus} $$ > /dev/null || { echo "weft-emulated-host: taskset -c ${host.cpus} failed" >&2; exit 1; }`);
     return lines;
   }
 
@@ -170,14 +187,13 @@ export class EmulatedHosts {
     if (typeof process.getuid === 'function' && process.getuid() !== 0) return 'emulated hosts need root (network and mount namespaces); CI runs as root';
     if (!run(['ip', '-V']).ok) return 'emulated hosts need `ip` from iproute2 (apt-get install iproute2)';
     if (!run(['unshare', '--version']).ok) return 'emulated hosts need `unshare` from util-linux';
-    if (!run(['taskset', '--version']).ok) return 'emulated hosts need `taskset` from util-linux';
     if (!existsSync('/dev/shm')) return 'emulated hosts need /dev/shm';
     return undefined;
   }
 
   /** Makes `count` hosts on one link. Throws when `unavailable()` says why. */
   static async create(count: number, options: EmulatedHostsOptions = {}): Promise<EmulatedHosts> {
-    const why = EmulatedHosts.unavailable();
+    const why = EmulatedHosts.unavailable() ?? (options.ownCores && !run(['taskset', '--version']).ok ? 'emulated hosts with cores of their own need `taskset` from util-linux' : undefined);
     if (why) throw new Error(why);
     sweepStale();
     const n = instances++;

@@ -67,6 +67,7 @@ async function runWeftOnHosts(h: EmulatedHosts, o: HostsBenchOptions, flat: bool
     // ownCores), so ranks that outnumber them yield instead of spinning, as Open MPI is told
     // to (mpi_yield_when_idle).
     env: { WEFT_CORES: String(Math.max(1, Math.floor(cpus().length / o.hosts))), ...(flat ? { WEFT_PROVIDER: 'ofi' } : {}) },
+    hostEnv: Object.fromEntries(h.hosts.filter((x) => x.cpuCount !== undefined).map((x) => [x.index, { WEFT_CORES: String(x.cpuCount) }])),
     timeoutMs: o.timeoutMs,
   });
   if (r.codes.some((c) => c !== 0)) throw new Error(`weft over ${provider} failed (exit codes ${r.codes.join(', ')}):\n${r.out.slice(-3000)}`);

@@ -110,8 +110,8 @@ function stepOptions(o: CollectiveOptions & { op?: ReduceOp; float?: 'float16' |
 
 /**
  * A typed view of `count` elements over scratch bytes of `g` (like `like`). Registered memory
- * where the group lends it: every plan sends its scratch across hosts, and the fabric writes
- * from registered memory in place instead of through a staging copy.
+ * where the group lends it: every plan sends its scratch across hosts, and from 512 KiB the
+ * fabric writes from registered memory in place instead of through a staging copy.
  */
 function scratchOf<T extends TypedArray>(g: Group, like: T, count: number): { view: T; area: Uint8Array } {
   const bytes = Math.max(1, count * like.BYTES_PER_ELEMENT);
@@ -179,18 +179,18 @@ function* allreduceSteps<T extends TypedArray>(h: Hierarchy, input: T, out: T, o
 }
 
 /**
- * Claims the job's allreduce slot for the call's tag until the call ends. A small call's first
- * step runs on the host board, which queues a second call made beside it instead of refusing
- * it; without this claim that second call failed in its fabric step or went through, depending
- * on timing. Now it is refused when it is made, on every rank, as a flat call is. Undefined for
- * a bad tag (the first step refuses it, naming it).
+ * Claims the job's slot of `collective` for the call's tag until the call ends. A small
+ * allreduce's first step, and a barrier's, runs on the host board, which queues a second call
+ * made beside it instead of refusing it; without this claim that second call failed in its
+ * fabric step or went through, depending on timing. Now it is refused when it is made, on
+ * every rank, as a flat call is. Undefined for a bad tag (the first step refuses it, naming it).
  */
-function claimAllreduce(g: Group, options: CollectiveOptions): number | undefined {
+function claimCall(g: Group, collective: 'allreduce' | 'barrier', options: CollectiveOptions): number | undefined {
   const tag = options.tag ?? 0;
   if (!isTag(tag)) return undefined;
-  const slot = collectiveSlot('allreduce', tag) + g.transport.slotBase;
+  const slot = collectiveSlot(collective, tag) + g.transport.slotBase;
   try {
-    g.transport.claimSlot(slot, () => `${g.label ?? `rank ${g.rank}`}: allreduce (tag ${tag})`);
+    g.transport.claimSlot(slot, () => `${g.label ?? `rank ${g.rank}`}: ${collective} (tag ${tag})`);
   } catch (err) {
     throw refused(g, err);
   }
@@ -201,7 +201,7 @@ function claimAllreduce(g: Group, options: CollectiveOptions): number | undefine
 export async function hierarchicalAllreduce<T extends TypedArray>(g: Group, h: Hierarchy, input: T, options: AllreduceOptions): Promise<T> {
   const out = (options.output as T | undefined) ?? input;
   const d = begin(g, options);
-  const slot = claimAllreduce(g, options);
+  const slot = claimCall(g, 'allreduce', options);
   try {
     await runAsync(allreduceSteps(h, input, out, options, d, g));
   } finally {
@@ -213,7 +213,7 @@ export async function hierarchicalAllreduce<T extends TypedArray>(g: Group, h: H
 export function hierarchicalAllreduceSync<T extends TypedArray>(g: Group, h: Hierarchy, input: T, options: AllreduceOptions): T {
   const out = (options.output as T | undefined) ?? input;
   const d = begin(g, options);
-  const slot = claimAllreduce(g, options);
+  const slot = claimCall(g, 'allreduce', options);
   try {
     runSync(allreduceSteps(h, input, out, options, d, g));
   } finally {
@@ -324,11 +324,23 @@ function* barrierSteps(h: Hierarchy, options: CollectiveOptions, d: Deadline): G
 }
 
 export async function hierarchicalBarrier(g: Group, h: Hierarchy, options: CollectiveOptions): Promise<void> {
-  await runAsync(barrierSteps(h, options, begin(g, options)));
+  const d = begin(g, options);
+  const slot = claimCall(g, 'barrier', options);
+  try {
+    await runAsync(barrierSteps(h, options, d));
+  } finally {
+    if (slot !== undefined) g.transport.releaseSlot(slot);
+  }
 }
 
 export function hierarchicalBarrierSync(g: Group, h: Hierarchy, options: CollectiveOptions): void {
-  runSync(barrierSteps(h, options, begin(g, options)));
+  const d = begin(g, options);
+  const slot = claimCall(g, 'barrier', options);
+  try {
+    runSync(barrierSteps(h, options, d));
+  } finally {
+    if (slot !== undefined) g.transport.releaseSlot(slot);
+  }
 }
 
 /** allgather / reduceScatter: `whole` holds world-size blocks of `part`'s length, of its type. */

@@ -40,12 +40,13 @@ export interface CollectiveTransport {
   readonly closed: boolean;
   readonly board: Board | undefined;
   /**
-   * The board a small allreduce may take: the job's board, or the host group's host board
-   * (GroupView's hostBoard option). Only a small allreduce, the first step of a hierarchical
-   * one: board calls pair up in call order, and a first step is made when its call is, in the
-   * same order on every rank. A later step (a hierarchical barrier's last one inside the host)
-   * starts when the steps before it end, at different times on a leader and the others, so a
-   * board call made meanwhile would pair with it on one rank and not on another.
+   * The board a small allreduce (or a barrier) may take: the job's board, or the host group's
+   * host board (GroupView's hostBoard option). Only as the first step of a hierarchical call
+   * (a small allreduce's, a barrier's): board calls pair up in call order, and a first step is
+   * made when its call is, in the same order on every rank. A later step (the last one inside
+   * the host of a barrier on hosts of different sizes) starts when the steps before it end, at
+   * different times on a leader and the others, so a board call made meanwhile would pair with
+   * it on one rank and not on another.
    */
   readonly smallBoard: Board | undefined;
   readonly shared: SharedArrays;

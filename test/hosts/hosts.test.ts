@@ -10,7 +10,7 @@ import { fileURLToPath } from 'node:url';
 import { randomBytes } from 'node:crypto';
 import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import { EmulatedHosts, hostCpuList } from '../../harness/emulated-hosts.js';
+import { EmulatedHosts, hostCpus } from '../../harness/emulated-hosts.js';
 import { runOnHosts, startRedisOn, type HostStore } from '../../harness/host-jobs.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -37,17 +37,23 @@ if (why) {
   });
 
   test('emulated hosts with cores of their own: every process on a host runs on its share of the cores (and an rsh agent passes it on)', async () => {
-    assert.equal([0, 1].map((i) => hostCpuList(i, 2, 2)), ['0', '1']);
-    assert.equal([0, 1, 2].map((i) => hostCpuList(i, 3, 2)), ['0', '1', '0']);
-    assert.equal([0, 1].map((i) => hostCpuList(i, 2, 8)), ['0-3', '4-7']);
-    assert.equal([0, 1, 2].map((i) => hostCpuList(i, 3, 8)), ['0-1', '2-4', '5-7']);
+    assert.equal([0, 1].map((i) => hostCpus(i, 2, [0, 1])), [[0], [1]]);
+    assert.equal([0, 1, 2].map((i) => hostCpus(i, 3, [0, 1])), [[0], [1], [0]]);
+    assert.equal([0, 1].map((i) => hostCpus(i, 2, [4, 5, 6, 7])), [[4, 5], [6, 7]]);
+    assert.equal([0, 1, 2].map((i) => hostCpus(i, 3, [0, 1, 2, 3, 4, 5, 6, 7])), [[0, 1], [2, 3, 4], [5, 6, 7]]);
     const own = await EmulatedHosts.create(2, { ownCores: true });
     try {
-      const allowed = (argv: string[]) => /Cpus_allowed_list:\s*(\S+)/.exec(spawnSync(argv[0], argv.slice(1), { encoding: 'utf8' }).stdout)?.[1];
+      // The kernel writes the list in ranges ("0-1,4"): compare the cores themselves.
+      const expand = (list = '') => list.split(',').flatMap((p) => {
+        const [a, b = a] = p.split('-').map(Number);
+        return Array.from({ length: b - a + 1 }, (_, k) => a + k);
+      });
+      const allowed = (argv: string[]) => expand(/Cpus_allowed_list:\s*(\S+)/.exec(spawnSync(argv[0], argv.slice(1), { encoding: 'utf8' }).stdout)?.[1]);
       for (const host of own.hosts) {
-        assert.ok(host.cpus);
-        assert.is(allowed(own.argv(host.index, 'cat', ['/proc/self/status'])), host.cpus);
-        assert.is(allowed([own.rshAgent(), host.hostname, 'cat', '/proc/self/status']), host.cpus);
+        const mine = (host.cpus ?? '').split(',').map(Number);
+        assert.is(mine.length, host.cpuCount);
+        assert.equal(allowed(own.argv(host.index, 'cat', ['/proc/self/status'])), mine);
+        assert.equal(allowed([own.rshAgent(), host.hostname, 'cat', '/proc/self/status']), mine);
       }
     } finally {
       await own.destroy();
@@ -129,11 +135,11 @@ if (why) {
     assert.match(r.out, /ok rank 1: /);
   });
 
-  test('a bad argument on one rank of a hierarchical collective fails every rank at once (EINVAL), not by its timeout; so do two untagged allreduces at once', async () => {
+  test('a bad argument on one rank of a hierarchical collective fails every rank at once (EINVAL), not by its timeout; so do two untagged allreduces, or barriers, at once', async () => {
     // concurrent: a small allreduce starts on the host board, which queues a second call
     // instead of refusing it; the hierarchical call holds the job's allreduce slot, so the
     // second is refused when it is made (it used to fail in its fabric step, or not at all).
-    for (const which of ['allgather', 'reduceScatter', 'timeoutMs', 'concurrent']) {
+    for (const which of ['allgather', 'reduceScatter', 'timeoutMs', 'concurrent', 'concurrent-barrier']) {
       const r = await runOnHosts(hosts, { perHost: [2, 2], script: HOSTS_RANK, args: ['badarg', which], store: redis, timeoutMs: 60_000 });
       const lines = r.out.match(/badarg rank \d: .*/g) ?? [];
       assert.is(lines.length, 4, `${which}: ${r.out.slice(-2000)}`);
@@ -141,7 +147,10 @@ if (why) {
       for (const l of lines) assert.match(l, /: EINVAL after \d+ ms/, `${which}: ${l}`);
       // Refused by the job's call itself when it was made: a refusal from the step across
       // hosts would name the subgroup ("rank R (rank x of 2 in the same local rank ...)").
-      if (which === 'concurrent') for (const l of lines) assert.match(l, /\(rank \d: allreduce \(tag 0\): a call of the same collective and tag is still in flight/, l);
+      if (which.startsWith('concurrent')) {
+        const name = which === 'concurrent' ? 'allreduce' : 'barrier';
+        for (const l of lines) assert.match(l, new RegExp(`\\(rank \\d: ${name} \\(tag 0\\): a call of the same collective and tag is still in flight`), l);
+      }
     }
   });
 

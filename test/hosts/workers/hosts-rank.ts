@@ -31,7 +31,7 @@
 //          (E: exits before the last rank's entry, by more than 1 ms)
 //   badarg rank 1 passes a wrong allgather output, then a wrong reduceScatter input, then a bad
 //          timeoutMs to allreduce; or every rank makes two untagged small allreduces at once
-//          (concurrent); every rank prints "badarg rank R: CODE after N ms" for each
+//          (concurrent), or two untagged barriers (concurrent-barrier); every rank prints "badarg rank R: CODE after N ms" for each
 import { init, type WeftError } from '../../../src/index.js';
 import { connectRpcMesh } from '../../../src/rpc/index.js';
 
@@ -131,6 +131,11 @@ if (mode === 'info' || mode === 'near') {
       const first = ctx.allreduce(Float32Array.of(rank), { timeoutMs: 20_000 });
       first.catch(() => {});
       await ctx.allreduce(Float32Array.of(rank), { timeoutMs: 20_000 });
+    } else if (which === 'concurrent-barrier') {
+      // The same with two untagged barriers (their first step is on the host board too).
+      const first = ctx.barrier({ timeoutMs: 20_000 });
+      first.catch(() => {});
+      await ctx.barrier({ timeoutMs: 20_000 });
     } else await ctx.allreduce(Float32Array.of(rank), { timeoutMs: rank === 1 ? ('x' as unknown as number) : 20_000 });
     console.log(`badarg rank ${rank}: returned`);
   } catch (err) {
