@@ -67,14 +67,20 @@ export function hostCpus(i: number, count: number, cores: readonly number[]): nu
   return cores.slice(Math.floor((i * n) / count), Math.floor(((i + 1) * n) / count));
 }
 
-/** The cores this process may run on (Cpus_allowed_list: "0-3,8"), else 0 .. availableParallelism() - 1. */
-function allowedCpus(): number[] {
-  const list = /^Cpus_allowed_list:\s*(\S+)/m.exec(readFileSync('/proc/self/status', 'utf8'))?.[1];
+/** The cores of a kernel CPU list ("0-3,8"), or of a process's status text (its Cpus_allowed_list). */
+export function cpuList(text: string): number[] {
+  const list = /Cpus_allowed_list:\s*(\S+)/.exec(text)?.[1] ?? text.trim();
   const out: number[] = [];
-  for (const part of list?.split(',') ?? []) {
-    const [a, b] = part.split('-').map(Number);
-    for (let c = a; c <= (b ?? a); c++) out.push(c);
+  for (const part of list ? list.split(',') : []) {
+    const [a, b = a] = part.split('-').map(Number);
+    for (let c = a; c <= b; c++) out.push(c);
   }
+  return out;
+}
+
+/** The cores this process may run on, else 0 .. availableParallelism() - 1. */
+function allowedCpus(): number[] {
+  const out = cpuList(readFileSync('/proc/self/status', 'utf8'));
   return out.length > 0 && out.every(Number.isInteger) ? out : [...Array(availableParallelism()).keys()];
 }
 

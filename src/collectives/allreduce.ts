@@ -101,6 +101,14 @@ export function checkAllreduce(g: Group, input: TypedArray, options: AllreduceOp
   }
 }
 
+/**
+ * An 'auto' call of `bytes` among `size` ranks takes the board when there is one: untagged
+ * (board calls pair up in call order, not by tag), at most Board.capacity bytes, at most 8 ranks.
+ */
+export function boardFits(size: number, bytes: number, options: CollectiveOptions): boolean {
+  return !options.tag && bytes <= Board.capacity && size <= 8;
+}
+
 function plan(g: Group, input: TypedArray, options: AllreduceOptions, where: string): Plan {
   try {
     const output = options.output ?? input;
@@ -117,7 +125,7 @@ function plan(g: Group, input: TypedArray, options: AllreduceOptions, where: str
     }
     // Board calls pair up in call order, not by tag: a tagged call (maybe one of several in
     // flight, issued in different orders on different ranks) takes tag-matched messages.
-    if (g.size > 1 && board && (algorithm === 'board' || (algorithm === 'auto' && !options.tag && inB.byteLength <= Board.capacity && g.size <= 8))) {
+    if (g.size > 1 && board && (algorithm === 'board' || (algorithm === 'auto' && boardFits(g.size, inB.byteLength, options)))) {
       return { c, alg: undefined, out: output, board: { board, inB, fold: { op: red.op, dtype: red.dtype, count: input.length, out: outB } } };
     }
     // The shared path reads every rank's arrays through the job's board.

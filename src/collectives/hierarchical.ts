@@ -28,10 +28,9 @@
 import type { ReduceOp } from '../reduce/index.js';
 import { Deadline } from '../util/deadline.js';
 import { collectiveSlot } from '../transport/signature.js';
-import { Board } from '../transport/board.js';
 import { isTag, refused, type CollectiveOptions, type Group } from './call.js';
 import { checkArray, checkInOut, checkLength, type TypedArray } from './checks.js';
-import { allreduce, allreduceSync, type AllreduceOptions } from './allreduce.js';
+import { allreduce, allreduceSync, boardFits, type AllreduceOptions } from './allreduce.js';
 import { allgather, allgatherSync, allgatherv, allgathervSync } from './allgather.js';
 import { barrier, barrierSync } from './barrier.js';
 import { broadcast, broadcastSync, type RootOptions } from './broadcast.js';
@@ -41,7 +40,7 @@ import { reduceScatter, reduceScatterSync, type ReduceScatterOptions } from './r
 
 /**
  * Several leaders per host pay off from this size (below, one leader's 3 steps are cheaper),
- * unless the array fits the host board (fitsHostBoard).
+ * unless the array fits the host board (allreduce's boardFits).
  */
 export const MULTI_LEADER_MIN_BYTES = 64 * 1024;
 
@@ -127,19 +126,6 @@ function evenCounts(n: number, parts: number): number[] {
 }
 
 /**
- * The two-step plan's first step can run on the host board (as allreduce's plan decides for
- * an untagged call of at most Board.capacity bytes among at most 8 ranks). Then it beats the
- * several leaders' plan, whose two steps inside the host are messages: 2 x 2 emulated hosts,
- * 64 KiB, barrier then one timed call, max over ranks: 324 / 324 us against 418 / 462 us. From
- * 128 KiB on (no board), several leaders win: 494 / 517 against 687 / 735 us. Decided from the
- * call alone (size, tag, ranks per host), never from whether this host has a board: every
- * rank of the job must pick the same plan, or their steps across hosts would not match.
- */
-function fitsHostBoard(h: Hierarchy, input: TypedArray, options: AllreduceOptions): boolean {
-  return !options.tag && input.byteLength <= Board.capacity && h.local.size <= 8;
-}
-
-/**
  * The steps of a hierarchical allreduce of `input` into `out` (the same array in place). Out of
  * place, the first step reads `input` and the later ones work on `out`: no step copies the
  * whole array first (such a copy of 1 MiB of ctx.alloc memory cost 80-150 us per rank on 2
@@ -152,7 +138,13 @@ function* allreduceSteps<T extends TypedArray>(h: Hierarchy, input: T, out: T, o
     yield (s) => (s ? allreduceSync : allreduce)(h.leaders!, input, stepOptions(options, d, 0, out));
     return;
   }
-  if (h.peers && input.byteLength >= MULTI_LEADER_MIN_BYTES && input.length >= L && !fitsHostBoard(h, input, options)) {
+  // An array the host board holds takes the two steps below, the first on the board: 2 x 2
+  // emulated hosts, 64 KiB, barrier then one timed call, max over ranks, 324 / 324 us against
+  // 418 / 462 us for several leaders (whose two steps inside the host are messages); from
+  // 128 KiB on, several leaders win (494 / 517 against 687 / 735 us). Decided from the call
+  // alone (size, tag, ranks per host), never from whether this host has a board: every rank
+  // of the job must pick the same plan, or their steps across hosts would not match.
+  if (h.peers && input.byteLength >= MULTI_LEADER_MIN_BYTES && input.length >= L && !boardFits(L, input.byteLength, options)) {
     const counts = evenCounts(input.length, L);
     const { view: shard, area } = scratchOf(g, input, counts[h.local.rank]);
     try {

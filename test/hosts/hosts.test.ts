@@ -10,7 +10,7 @@ import { fileURLToPath } from 'node:url';
 import { randomBytes } from 'node:crypto';
 import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import { EmulatedHosts, hostCpus } from '../../harness/emulated-hosts.js';
+import { EmulatedHosts, cpuList, hostCpus } from '../../harness/emulated-hosts.js';
 import { runOnHosts, startRedisOn, type HostStore } from '../../harness/host-jobs.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -41,14 +41,12 @@ if (why) {
     assert.equal([0, 1, 2].map((i) => hostCpus(i, 3, [0, 1])), [[0], [1], [0]]);
     assert.equal([0, 1].map((i) => hostCpus(i, 2, [4, 5, 6, 7])), [[4, 5], [6, 7]]);
     assert.equal([0, 1, 2].map((i) => hostCpus(i, 3, [0, 1, 2, 3, 4, 5, 6, 7])), [[0, 1], [2, 3, 4], [5, 6, 7]]);
+    assert.equal(cpuList('0-3,8'), [0, 1, 2, 3, 8]);
+    assert.equal(cpuList('Name:\tnode\nCpus_allowed_list:\t1\n'), [1]);
     const own = await EmulatedHosts.create(2, { ownCores: true });
     try {
       // The kernel writes the list in ranges ("0-1,4"): compare the cores themselves.
-      const expand = (list = '') => list.split(',').flatMap((p) => {
-        const [a, b = a] = p.split('-').map(Number);
-        return Array.from({ length: b - a + 1 }, (_, k) => a + k);
-      });
-      const allowed = (argv: string[]) => expand(/Cpus_allowed_list:\s*(\S+)/.exec(spawnSync(argv[0], argv.slice(1), { encoding: 'utf8' }).stdout)?.[1]);
+      const allowed = (argv: string[]) => cpuList(spawnSync(argv[0], argv.slice(1), { encoding: 'utf8' }).stdout);
       for (const host of own.hosts) {
         const mine = (host.cpus ?? '').split(',').map(Number);
         assert.is(mine.length, host.cpuCount);
@@ -136,9 +134,10 @@ if (why) {
   });
 
   test('a bad argument on one rank of a hierarchical collective fails every rank at once (EINVAL), not by its timeout; so do two untagged allreduces, or barriers, at once', async () => {
-    // concurrent: a small allreduce starts on the host board, which queues a second call
-    // instead of refusing it; the hierarchical call holds the job's allreduce slot, so the
-    // second is refused when it is made (it used to fail in its fabric step, or not at all).
+    // concurrent(-barrier): a small allreduce, or a barrier, starts on the host board, which
+    // queues a second call instead of refusing it; the hierarchical call holds the job's slot
+    // of its collective, so the second is refused when it is made (it used to fail in its
+    // fabric step, or not at all).
     for (const which of ['allgather', 'reduceScatter', 'timeoutMs', 'concurrent', 'concurrent-barrier']) {
       const r = await runOnHosts(hosts, { perHost: [2, 2], script: HOSTS_RANK, args: ['badarg', which], store: redis, timeoutMs: 60_000 });
       const lines = r.out.match(/badarg rank \d: .*/g) ?? [];

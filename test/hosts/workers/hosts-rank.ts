@@ -31,7 +31,8 @@
 //          (E: exits before the last rank's entry, by more than 1 ms)
 //   badarg rank 1 passes a wrong allgather output, then a wrong reduceScatter input, then a bad
 //          timeoutMs to allreduce; or every rank makes two untagged small allreduces at once
-//          (concurrent), or two untagged barriers (concurrent-barrier); every rank prints "badarg rank R: CODE after N ms" for each
+//          (concurrent), or two untagged barriers (concurrent-barrier); every rank prints
+//          "badarg rank R: CODE after N ms" for each
 import { init, type WeftError } from '../../../src/index.js';
 import { connectRpcMesh } from '../../../src/rpc/index.js';
 
