@@ -58,6 +58,12 @@ export const D = {
   SERIES_N: 13,
   /** Sum over CQ loops of the poll controller's setting (extra polls, or hold us). */
   SETTING_SUM: 14,
+  /**
+   * Times the thread yielded the core (PollBackoff), copied from its backoff every 64 loops:
+   * with more busy threads than cores, every thread yields once per turn, so yields per
+   * request is the scheduler's turns per request (docs/benchkv.md).
+   */
+  YIELDS: 15,
   SERIES: 16,
 } as const;
 export const SERIES_MAX = 2048;

@@ -205,6 +205,7 @@ for (let loop = 1; ; loop++) {
   if (work > 0) backoff.busy();
   else backoff.idle();
   if ((loop & 63) === 0) {
+    loopStats[D.YIELDS] = backoff.yields;
     if (Atomics.load(ctl, CTL.CLIENTS_STOP) !== 0) break;
     if (rpc) sampler.maybeSample(outstanding, 0);
   }

@@ -358,6 +358,7 @@ for (let loop = 1; ; loop++) {
   if (work > 0) backoff.busy();
   else backoff.idle();
   if ((loop & 63) === 0) {
+    stats[D.YIELDS] = backoff.yields;
     if (Atomics.load(ctl, CTL.DAEMONS_STOP) !== 0) break;
     if (rpc) sampler.maybeSample(outstanding, control.setting);
   }

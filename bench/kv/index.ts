@@ -255,6 +255,7 @@ function rowOf(o: KvOptions, r: RankResult): KvRow {
     cqe_batch_avg: r.cqe_batch_avg,
     cqe_hist: r.cqe_hist,
     loops_per_s_per_daemon: r.loops_per_s_per_daemon,
+    yields_per_request: r.yields_per_request,
     local_share: r.local_share,
     mismatches: o.verify ? r.mismatches : null,
     threads_per_host: r.threads,
@@ -271,7 +272,7 @@ function peerRow(o: KvOptions, system: string, mops: number, p50: number, p99: n
     bench: 'kv', system, ranks, hosts: 1, fabric: 'tcp (loopback)', daemons: o.daemons, clients: o.clients, qd: o.qd, read_ratio: o.readRatio,
     distribution: describeDistribution(o.distribution), locality: null, poll_controller: null, poll_setting_avg: null, mops, mops_runs: [mops], mops_per_rank: mops / ranks,
     per_rank_mops: [], p50_us: p50, p90_us: null, p99_us: p99, p999_us: null, outstanding_avg: null, cqe_batch_avg: null, cqe_hist: null,
-    loops_per_s_per_daemon: null, local_share: null, mismatches: null, threads_per_host: null, cores: cpus().length, oversubscribed: null, warmup_s: o.warmup, warmup_steady: null, ...(note ? { note } : {}),
+    loops_per_s_per_daemon: null, yields_per_request: null, local_share: null, mismatches: null, threads_per_host: null, cores: cpus().length, oversubscribed: null, warmup_s: o.warmup, warmup_steady: null, ...(note ? { note } : {}),
   };
 }
 

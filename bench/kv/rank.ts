@@ -168,6 +168,13 @@ try {
   Atomics.notify(ctl, CTL.RUN);
   const warm = await warmUp(ops);
   const loops0 = Array.from({ length: cfg.daemons }, (_, d) => region(loopSab, LOOP_WORDS, d)[D.LOOPS]);
+  const yields = () => {
+    let s = 0;
+    for (let t = 0; t < cfg.daemons + cfg.clients; t++) s += region(loopSab, LOOP_WORDS, t)[D.YIELDS];
+    return s;
+  };
+  const yields0 = yields();
+  const ops0 = ops();
   const tRuns0 = performance.now();
   const runsMops: number[] = [];
   for (let r = 0; r < plan.runs && !failure; r++) {
@@ -191,6 +198,8 @@ try {
   Atomics.store(ctl, CTL.RECORD, 0);
   const runSeconds = (performance.now() - tRuns0) / 1000;
   const loopsDone = Array.from({ length: cfg.daemons }, (_, d) => region(loopSab, LOOP_WORDS, d)[D.LOOPS] - loops0[d]);
+  const yieldsDone = yields() - yields0;
+  const opsDone = ops() - ops0;
 
   // Stop: clients drain, every rank waits for every other's clients, then daemons leave.
   Atomics.store(ctl, CTL.CLIENTS_STOP, 1);
@@ -211,7 +220,7 @@ try {
 
   // Sum over ranks with weft's allreduce: runs, histogram, loop counters, client counters.
   const R = plan.runs;
-  const sums = new Float64Array(R + BUCKETS + 16);
+  const sums = new Float64Array(R + BUCKETS + 18);
   runsMops.forEach((v, i) => (sums[i] = v));
   const hist = sums.subarray(R, R + BUCKETS);
   const tail = sums.subarray(R + BUCKETS);
@@ -239,6 +248,8 @@ try {
     tail[12] += s[D.BACKLOGGED];
   }
   tail[13] = loopsDone.reduce((a, b) => a + b, 0) / runSeconds / cfg.daemons;
+  tail[15] = yieldsDone;
+  tail[16] = opsDone;
   const myMops = runsMops.slice().sort((a, b) => a - b)[runsMops.length >> 1];
   await ctx.allreduce(sums);
   const perRank = new Float64Array(ranks);
@@ -284,6 +295,7 @@ try {
       poll_controller: cfg.pollController,
       poll_setting_avg: tail[14] > 0 ? tail[10] / tail[14] : 0,
       loops_per_s_per_daemon: tail[13] / ranks,
+      yields_per_request: tail[16] > 0 ? tail[15] / tail[16] : 0,
       local_share: tail[0] / Math.max(1, tail[0] + tail[1]),
       mismatches: tail[2],
       backlogged: tail[12],

@@ -33,6 +33,8 @@ export interface KvRow {
   cqe_batch_avg: number | null;
   cqe_hist: RankResult['cqe_hist'] | null;
   loops_per_s_per_daemon: number | null;
+  /** Yields of weft's daemon and client threads per request (with more busy threads than cores: scheduler turns per request). */
+  yields_per_request: number | null;
   local_share: number | null;
   mismatches: number | null;
   threads_per_host: number | null;
@@ -67,7 +69,7 @@ function pollControl(r: KvRow): string {
 export function formatTable(rows: KvRow[]): string {
   const redis = rows.find((r) => r.system === 'redis')?.mops;
   const bench = rows.find((r) => r.system === 'redis-benchmark')?.mops;
-  const head = ['system', 'Mops', 'runs', '/rank', 'p50 us', 'p99 us', 'p99.9 us', 'outst.', 'CQE batch', 'loops/s/d', 'poll control', 'x redis', 'x redis-bench'];
+  const head = ['system', 'Mops', 'runs', '/rank', 'p50 us', 'p99 us', 'p99.9 us', 'outst.', 'CQE batch', 'loops/s/d', 'yields/req', 'poll control', 'x redis', 'x redis-bench'];
   const body = rows.map((r) => [
     r.system,
     f2(r.mops),
@@ -79,6 +81,7 @@ export function formatTable(rows: KvRow[]): string {
     f1(r.outstanding_avg),
     f2(r.cqe_batch_avg),
     r.loops_per_s_per_daemon === null ? '-' : `${(r.loops_per_s_per_daemon / 1e3).toFixed(0)} k`,
+    f2(r.yields_per_request),
     pollControl(r),
     redis ? `${(r.mops / redis).toFixed(2)}x` : '-',
     bench ? `${(r.mops / bench).toFixed(2)}x` : '-',
@@ -86,7 +89,7 @@ export function formatTable(rows: KvRow[]): string {
   return table(head, body);
 }
 
-const CSV_COLUMNS: (keyof KvRow)[] = ['system', 'ranks', 'hosts', 'fabric', 'daemons', 'clients', 'qd', 'read_ratio', 'distribution', 'locality', 'poll_controller', 'poll_setting_avg', 'mops', 'mops_per_rank', 'p50_us', 'p90_us', 'p99_us', 'p999_us', 'outstanding_avg', 'cqe_batch_avg', 'loops_per_s_per_daemon', 'local_share', 'mismatches', 'threads_per_host', 'cores', 'oversubscribed', 'warmup_s', 'warmup_steady'];
+const CSV_COLUMNS: (keyof KvRow)[] = ['system', 'ranks', 'hosts', 'fabric', 'daemons', 'clients', 'qd', 'read_ratio', 'distribution', 'locality', 'poll_controller', 'poll_setting_avg', 'mops', 'mops_per_rank', 'p50_us', 'p90_us', 'p99_us', 'p999_us', 'outstanding_avg', 'cqe_batch_avg', 'loops_per_s_per_daemon', 'yields_per_request', 'local_share', 'mismatches', 'threads_per_host', 'cores', 'oversubscribed', 'warmup_s', 'warmup_steady'];
 
 export function toCsv(rows: KvRow[]): string {
   const cell = (v: unknown) => (v === null || v === undefined ? '' : typeof v === 'string' && /[",\n]/.test(v) ? `"${v.replace(/"/g, '""')}"` : String(v));

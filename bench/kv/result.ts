@@ -33,6 +33,8 @@ export interface RankResult {
   poll_controller: string;
   poll_setting_avg: number;
   loops_per_s_per_daemon: number;
+  /** Yields of every daemon and client thread per request completed, over the measured runs (the scheduler's turns per request when oversubscribed). */
+  yields_per_request: number;
   local_share: number;
   mismatches: number;
   backlogged: number;
