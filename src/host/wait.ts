@@ -161,9 +161,27 @@ export async function waitAsync(ready: () => boolean, bell: Doorbell, plan: Wait
   if (spin(ready, spinUs(plan))) return;
   const until = yieldUntil(plan);
   while (performance.now() < until) {
+    // Yield and poll as waitSync does for at most WAIT.turnEveryMs (or until the deadline),
+    // then let the event loop turn once. A turn before every yield cost this wait a poll of
+    // libuv's fds (a system call) and a second poll of `ready()` (another system call or two on
+    // the fabric) per yield: on 2 emulated hosts x 2 ranks, an awaited 8-byte allreduce back to
+    // back took 77 us against this loop's 68.5 us (medians of six jobs each, alternated; the
+    // blocking call 55 us in the same minutes).
+    const turnBy = Math.min(until, performance.now() + WAIT.turnEveryMs);
+    for (let i = 1; ; i++) {
+      native.yieldThread();
+      if (ready()) return;
+      if (performance.now() >= turnBy) break;
+      if ((i & 15) === 0) {
+        if (plan.call?.deadline.expired()) break;
+        plan.probe?.();
+        if (ready()) return;
+      }
+    }
+    // A wait never ends by its deadline without the event loop having turned: a caller that
+    // awaits short waits in a loop must still get its timers and messages (a copyrpc test's
+    // rank, waiting 1 ms at a time, took its IPC messages only this way).
     await turn();
-    if (ready()) return;
-    native.yieldThread();
     if (ready()) return;
     if (probe(plan, ready)) return;
   }
