@@ -83,7 +83,7 @@ export class OfiCompletionQueue implements CompletionQueue {
       const text = ok ? '' : dev.ep.errorText(w[b + L.OUT_AUX]);
       switch ((hi >>> 10) & 3) {
         case L.CTX_USER:
-          qp.onComplete(w[b + L.OUT_CTX] | 0, ok, text);
+          qp.onComplete(w[b + L.OUT_CTX] | 0, ok, text, ok ? 0 : w[b + L.OUT_DATA]);
           break;
         case L.CTX_VERIFY:
           qp.onVerify(ok, text);

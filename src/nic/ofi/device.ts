@@ -254,7 +254,7 @@ export class OfiDevice implements Device, QpHost {
     const qp = this.qps[ctxHi & 0x3ff];
     if (!qp || (qp.gen & 0xfffff) !== ctxHi >>> 12) return;
     const text = this.ep.strerror(errno);
-    if (((ctxHi >>> 10) & 3) === L.CTX_USER) qp.onComplete(ctxLo | 0, false, `post failed: ${text}`);
+    if (((ctxHi >>> 10) & 3) === L.CTX_USER) qp.onComplete(ctxLo | 0, false, `post failed: ${text}`, errno < 0 ? -errno : errno);
     else qp.fail(Status.TRANSPORT, `posting an internal operation failed: ${text}`);
   };
 

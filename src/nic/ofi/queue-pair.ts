@@ -28,6 +28,12 @@ import * as L from './layout.js';
 import { INVALID, OfiMemoryRegion, OfiRemoteRegion, UNVERIFIED, VALID, VERIFYING } from './memory.js';
 import { decodeAddress, decodeDescriptor, encodeAddress, type QpAddress } from './wire.js';
 
+/**
+ * Fabric errors (FI_E*, as errno) that mean the connection to the peer broke: reset, not
+ * connected, shut down, aborted, refused, no route. EPIPE too, which some providers report as is.
+ */
+const CONNECTION_LOST: ReadonlySet<number> = new Set([32, 101, 103, 104, 107, 108, 111, 113]);
+
 /** What a QP needs from its device. */
 export interface QpHost {
   readonly label: string;
@@ -389,8 +395,11 @@ export class OfiQueuePair extends QueuePairBase implements QueuePair {
     if (this.sq.length > 0) this.host.queued(this);
   }
 
-  /** Completion (or fabric error) of user operation `seq`. */
-  onComplete(seq: number, ok: boolean, text: string): void {
+  /**
+   * Completion (or fabric error) of user operation `seq`; `errno` is the fabric's error number
+   * (FI_E*, as errno) when it failed.
+   */
+  onComplete(seq: number, ok: boolean, text: string, errno = 0): void {
     if (this.state !== 'ready') return;
     const i = seq & MASK;
     if (((seq - this.head) | 0) < 0 || ((this.tail - seq) | 0) <= 0 || this.rDone[i]) return;
@@ -400,10 +409,15 @@ export class OfiQueuePair extends QueuePairBase implements QueuePair {
     this.settleLocal(i, false);
     if (!ok) {
       const op = this.rOp[i];
-      this.rStatus[i] = Status.TRANSPORT;
-      this.rErr[i] = new WeftError('ETRANSPORT', `${this.host.label}: ${OP_NAMES[op]} (wr ${this.rWr[i]}) toward ${this.peerLabel} failed in the fabric: ${text}`);
+      // A peer on another host whose connection broke (its process or host died) is gone, as
+      // when a credit write toward it fails: the callers then say which rank died, whichever
+      // of the two writes found out first.
+      const lost = this.remotePeer && CONNECTION_LOST.has(errno);
+      const status = lost ? Status.PEER_DEAD : Status.TRANSPORT;
+      this.rStatus[i] = status;
+      this.rErr[i] = new WeftError(lost ? 'EPEERDEAD' : 'ETRANSPORT', `${this.host.label}: ${OP_NAMES[op]} (wr ${this.rWr[i]}) toward ${this.peerLabel} failed in the fabric: ${lost ? this.unreachable(text) : text}`);
       this.retire();
-      this.fail(Status.TRANSPORT, `the fabric failed a ${OP_NAMES[op]}: ${text}`);
+      this.fail(status, lost ? this.unreachable(text) : `the fabric failed a ${OP_NAMES[op]}: ${text}`);
       return;
     }
     if (seq === this.head) this.retire();
@@ -527,8 +541,18 @@ export class OfiQueuePair extends QueuePairBase implements QueuePair {
   /** Completion of a credit write. */
   onGrant(ok: boolean, text: string): void {
     if (ok) return;
-    const remote = this.peer && !isSameHost(this.peer.identity);
-    this.fail(remote ? Status.PEER_DEAD : Status.TRANSPORT, remote ? `${this.peerLabel} at ${this.peerAddress} is unreachable: the fabric lost the connection (${text}); its process or its host is gone` : `a credit update toward ${this.peerLabel} failed in the fabric: ${text}`);
+    const remote = this.remotePeer;
+    this.fail(remote ? Status.PEER_DEAD : Status.TRANSPORT, remote ? this.unreachable(text) : `a credit update toward ${this.peerLabel} failed in the fabric: ${text}`);
+  }
+
+  /** The peer runs on another host (its liveness can only be learnt from the fabric). */
+  private get remotePeer(): boolean {
+    return this.peer !== undefined && !isSameHost(this.peer.identity);
+  }
+
+  /** Why a peer on another host counts as gone once the fabric lost the connection to it. */
+  private unreachable(text: string): string {
+    return `${this.peerLabel} at ${this.peerAddress} is unreachable: the fabric lost the connection (${text}); its process or its host is gone`;
   }
 
   /** Credits granted but not yet published (published before sleeping). */
