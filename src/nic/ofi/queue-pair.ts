@@ -136,7 +136,7 @@ export class OfiQueuePair extends QueuePairBase implements QueuePair {
    * whose process died: a timeout then names the peers that stopped answering.
    */
   get unansweredMs(): number {
-    if (this.state !== 'ready' || !this.peer || isSameHost(this.peer.identity)) return 0;
+    if (this.state !== 'ready' || !this.remotePeer) return 0;
     // A verification read holds the VERIFY slot and no probe starts meanwhile: it counts too.
     return this.probing || this.verifying !== undefined ? performance.now() - this.slotReadSince : 0;
   }
@@ -414,10 +414,11 @@ export class OfiQueuePair extends QueuePairBase implements QueuePair {
       // of the two writes found out first.
       const lost = this.remotePeer && CONNECTION_LOST.has(errno);
       const status = lost ? Status.PEER_DEAD : Status.TRANSPORT;
+      const why = lost ? this.unreachable(text) : text;
       this.rStatus[i] = status;
-      this.rErr[i] = new WeftError(lost ? 'EPEERDEAD' : 'ETRANSPORT', `${this.host.label}: ${OP_NAMES[op]} (wr ${this.rWr[i]}) toward ${this.peerLabel} failed in the fabric: ${lost ? this.unreachable(text) : text}`);
+      this.rErr[i] = new WeftError(lost ? 'EPEERDEAD' : 'ETRANSPORT', `${this.host.label}: ${OP_NAMES[op]} (wr ${this.rWr[i]}) toward ${this.peerLabel} failed in the fabric: ${why}`);
       this.retire();
-      this.fail(status, lost ? this.unreachable(text) : `the fabric failed a ${OP_NAMES[op]}: ${text}`);
+      this.fail(status, lost ? why : `the fabric failed a ${OP_NAMES[op]}: ${text}`);
       return;
     }
     if (seq === this.head) this.retire();
@@ -530,7 +531,7 @@ export class OfiQueuePair extends QueuePairBase implements QueuePair {
     // connections, and a read toward it fails at once; a busy peer answers when it polls.
     // (A read of its region table: signaled, answered by a live peer that polls; rxm neither
     // completes nor fails it toward a dead one, so a timeout names peers silent for long.)
-    if (!isSameHost(this.peer.identity) && !this.probing && this.verifying === undefined && this.handshakeState !== 'pending' && now - this.lastProbe >= PROBE_MS) {
+    if (this.remotePeer && !this.probing && this.verifying === undefined && this.handshakeState !== 'pending' && now - this.lastProbe >= PROBE_MS) {
       this.probing = true;
       this.lastProbe = now;
       this.slotReadSince = now;
