@@ -13,6 +13,11 @@
  *
  * Per rank at np=2 this reads 1.5x and writes 1x the array, where the ring reads 2.5x and
  * writes 2x. Each chunk is computed by one rank, so every rank gets bit-identical results.
+ *
+ * On a job that spans hosts the same runs among the ranks of one host, on the host board, with
+ * one more step between 2 and 3 (`across`): rank r allreduces its reduced chunk r with the same
+ * local rank of every other host (hierarchical.ts). The Promise form holds the board from step
+ * 1 to step 4 (Board.holdAsync), so no board call made meanwhile pairs with one of its steps.
  */
 import { WeftError } from '../errors.js';
 import { reduceMany } from '../reduce/index.js';
@@ -41,6 +46,14 @@ export interface SharedCall {
   readonly count: number;
   /** 'shared' was asked for: arrays that are not shared are an error, not a fallback. */
   readonly forced: boolean;
+  /** Between steps 2 and 3: what this rank does with its reduced chunk (elements [first, first + count) of the output). */
+  readonly across?: AcrossHosts;
+}
+
+/** The step across hosts of a hierarchical shared allreduce, in both forms. */
+export interface AcrossHosts {
+  sync(first: number, count: number): void;
+  async(first: number, count: number): Promise<void>;
 }
 
 function record(call: SharedCall): Uint8Array {
@@ -71,8 +84,9 @@ function reader(call: SharedCall, x: Exchange): (srcs: readonly Uint8Array[]) =>
     const shared = c.device.shared;
     for (let r = 0; r < srcs.length; r++) {
       if (r === c.rank) continue;
-      x.ins[r] = shared.peerView(r, srcs[r], 0);
-      x.outs[r] = shared.peerView(r, srcs[r], SHARED_RECORD_BYTES);
+      const peer = c.device.worldRank(r);
+      x.ins[r] = shared.peerView(peer, srcs[r], 0);
+      x.outs[r] = shared.peerView(peer, srcs[r], SHARED_RECORD_BYTES);
     }
   };
 }
@@ -107,6 +121,7 @@ export function sharedAllreduceSync(call: SharedCall): boolean {
   if (x.unshared >= 0) return false;
   const off = offsets(evenCounts(call.count, c.size));
   reduceMine(call, x, off);
+  if (call.across && off[c.rank + 1] > off[c.rank]) call.across.sync(off[c.rank], off[c.rank + 1] - off[c.rank]);
   board.exchangeSync(EMPTY, c.sig, c);
   gatherTheirs(call, x, off);
   board.exchangeSync(EMPTY, c.sig, c);
@@ -114,15 +129,18 @@ export function sharedAllreduceSync(call: SharedCall): boolean {
 }
 
 /** Promise form of sharedAllreduceSync. */
-export async function sharedAllreduce(call: SharedCall): Promise<boolean> {
+export function sharedAllreduce(call: SharedCall): Promise<boolean> {
   const { c, board } = call;
-  const x: Exchange = { ins: new Array(c.size), outs: new Array(c.size), unshared: -1 };
-  await board.exchangeAsync(record(call), c.sig, c, reader(call, x));
-  if (x.unshared >= 0) return false;
-  const off = offsets(evenCounts(call.count, c.size));
-  reduceMine(call, x, off);
-  await board.exchangeAsync(EMPTY, c.sig, c);
-  gatherTheirs(call, x, off);
-  await board.exchangeAsync(EMPTY, c.sig, c);
-  return true;
+  return board.holdAsync(async (held) => {
+    const x: Exchange = { ins: new Array(c.size), outs: new Array(c.size), unshared: -1 };
+    await held(record(call), c.sig, c, reader(call, x));
+    if (x.unshared >= 0) return false;
+    const off = offsets(evenCounts(call.count, c.size));
+    reduceMine(call, x, off);
+    if (call.across && off[c.rank + 1] > off[c.rank]) await call.across.async(off[c.rank], off[c.rank + 1] - off[c.rank]);
+    await held(EMPTY, c.sig, c);
+    gatherTheirs(call, x, off);
+    await held(EMPTY, c.sig, c);
+    return true;
+  });
 }

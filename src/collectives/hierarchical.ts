@@ -8,7 +8,8 @@
  *   at least MULTI_LEADER_MIN_BYTES and does not fit the host board): reduce-scatter inside
  *   the host (each local rank gets a 1/L shard), allreduce of each shard among the ranks with
  *   the same local rank on every host (L allreduces across hosts at once), allgather inside
- *   the host;
+ *   the host; untagged calls over ctx.alloc arrays run the two steps inside the host on shared
+ *   memory, reading the peers' arrays in place (hostShared), the others through the rings;
  * - small arrays on hosts with the same number of ranks: allreduce inside the host (on the
  *   host board: no messages), then among the ranks with the same local rank on every host
  *   (two steps; every rank crosses the network with its host's sum, and none waits for a
@@ -27,9 +28,11 @@
  */
 import type { ReduceOp } from '../reduce/index.js';
 import { Deadline } from '../util/deadline.js';
-import { collectiveSlot } from '../transport/signature.js';
-import { isTag, refused, type CollectiveOptions, type Group } from './call.js';
-import { checkArray, checkInOut, checkLength, type TypedArray } from './checks.js';
+import { collectiveSlot, signature } from '../transport/signature.js';
+import { CollectiveCall, isTag, refused, type CollectiveOptions, type Group } from './call.js';
+import { bytesOf, checkArray, checkInOut, checkLength, reduction, type TypedArray } from './checks.js';
+import { sharedAllreduce, sharedAllreduceSync, type AcrossHosts, type SharedCall } from './allreduce-shared.js';
+import type { Board } from '../transport/board.js';
 import { allreduce, allreduceSync, boardFits, type AllreduceOptions } from './allreduce.js';
 import { allgather, allgatherSync, allgatherv, allgathervSync } from './allgather.js';
 import { barrier, barrierSync } from './barrier.js';
@@ -145,6 +148,18 @@ function* allreduceSteps<T extends TypedArray>(h: Hierarchy, input: T, out: T, o
   // alone (size, tag, ranks per host), never from whether this host has a board: every rank
   // of the job must pick the same plan, or their steps across hosts would not match.
   if (h.peers && input.byteLength >= MULTI_LEADER_MIN_BYTES && input.length >= L && !boardFits(L, input.byteLength, options)) {
+    // Arrays from ctx.alloc on every rank of the host: the steps inside the host read the
+    // peers' arrays in place (see hostShared); otherwise, or tagged, messages.
+    const board = options.tag ? undefined : h.local.transport.smallBoard;
+    if (board) {
+      let done = false;
+      const call = hostShared(h, board, input, out, options, d);
+      yield (s) => (s ? (done = sharedAllreduceSync(call)) : sharedAllreduce(call).then((ok) => void (done = ok)));
+      if (done) {
+        call.c.device.markFinished(call.c.slot, call.c.call);
+        return;
+      }
+    }
     const counts = evenCounts(input.length, L);
     const { view: shard, area } = scratchOf(g, input, counts[h.local.rank]);
     try {
@@ -168,6 +183,27 @@ function* allreduceSteps<T extends TypedArray>(h: Hierarchy, input: T, out: T, o
   yield (s) => (s ? reduceSync : reduce)(h.local, input, stepOptions(options, d, 0, out));
   if (h.leaders) yield (s) => (s ? allreduceSync : allreduce)(h.leaders!, out, stepOptions(options, d));
   yield (s) => (s ? broadcastSync : broadcast)(h.local, out, stepOptions(options, d));
+}
+
+/**
+ * The several-leaders allreduce with its steps inside the host on shared memory: the shared
+ * allreduce among the host's ranks on the host board (allreduce-shared.ts), each rank reducing
+ * its chunk of everyone's input in place, allreducing that chunk with the same local rank of
+ * every other host, then copying the others' chunks. Per rank of 2 x 2 hosts at 1 MiB this
+ * reads 0.75 MiB and writes 0.5 MiB in place where the message steps (reduce-scatter and
+ * allgather through the rings) copy each byte in and out. The step across hosts is the same
+ * call as in the message plan (the chunk is the shard), so hosts may differ in which plan
+ * they take (a host whose ranks pass heap arrays falls back alone).
+ */
+function hostShared<T extends TypedArray>(h: Hierarchy, board: Board, input: T, out: T, options: AllreduceOptions, d: Deadline): SharedCall {
+  const red = reduction(`rank ${h.local.rank}: allreduce`, input, options.op, options.float);
+  const c = new CollectiveCall(h.local, 'allreduce', signature('allreduce', red.dtype, red.op), stepOptions(options, d), input.byteLength);
+  const peers = h.peers!;
+  const across: AcrossHosts = {
+    sync: (first, count) => void allreduceSync(peers, out.subarray(first, first + count), stepOptions(options, d)),
+    async: async (first, count) => void (await allreduce(peers, out.subarray(first, first + count), stepOptions(options, d))),
+  };
+  return { c, board, inB: bytesOf(input), outB: bytesOf(out), red, count: input.length, forced: false, across };
 }
 
 /**

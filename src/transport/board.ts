@@ -64,6 +64,9 @@ export interface BoardFold {
 /** Reads every rank's published bytes (rank order) before the board frees them. */
 export type BoardRead = (srcs: readonly Uint8Array[]) => void;
 
+/** One board call inside Board.holdAsync (exchangeAsync without the queue: the hold is the queue's entry). */
+export type HeldExchange = (bytes: Uint8Array, sig: number, call: BoardCall, fold?: BoardFold | BoardRead) => Promise<void>;
+
 /** The call on whose behalf the board waits: its deadline, and its name for errors (lazy). */
 export interface BoardCall {
   readonly deadline: Deadline;
@@ -140,19 +143,45 @@ export class Board {
 
   /** exchangeSync for the Promise API: async calls run one at a time, in call order (they share the sequence). */
   exchangeAsync(bytes: Uint8Array, sig: number, call: BoardCall, fold?: BoardFold | BoardRead): Promise<void> {
+    return this.queue(() => this.exchangeNow(bytes, sig, call, fold));
+  }
+
+  /**
+   * Runs `body` as one entry of the async queue: the board calls it makes through `held` (as
+   * many as it likes, with awaits between them) come one after another, and no async board
+   * call made meanwhile slips in between. A call with several board steps needs this: its
+   * later steps start when its earlier work ends, at different times on different ranks, and
+   * a call made meanwhile would pair with one of them on one rank and not on another.
+   *
+   * @example
+   * await board.holdAsync(async (held) => {
+   *   await held(record, sig, call, read);   // publish, read the peers'
+   *   await somethingAcrossHosts();
+   *   await held(EMPTY, sig, call);           // every rank is past it
+   * });
+   */
+  holdAsync<T>(body: (held: HeldExchange) => Promise<T>): Promise<T> {
+    return this.queue(() => body(this.heldExchange));
+  }
+
+  private readonly heldExchange: HeldExchange = (bytes, sig, call, fold) => this.exchangeNow(bytes, sig, call, fold);
+
+  private queue<T>(fn: () => Promise<T>): Promise<T> {
     this.pending++;
-    const run = this.tail.then(async () => {
-      const k = (this.seq = (this.seq + 1) | 0);
-      await this.waitAsync(DONE, (k - 2) | 0, call);
-      this.publish(k, bytes, sig);
-      await this.waitAsync(ARRIVE, k, call);
-      this.finish(k, sig, bytes.byteLength, fold);
-    });
+    const run = this.tail.then(fn);
     this.tail = run.then(
       () => void this.pending--,
       () => void this.pending--,
     );
     return run;
+  }
+
+  private async exchangeNow(bytes: Uint8Array, sig: number, call: BoardCall, fold?: BoardFold | BoardRead): Promise<void> {
+    const k = (this.seq = (this.seq + 1) | 0);
+    await this.waitAsync(DONE, (k - 2) | 0, call);
+    this.publish(k, bytes, sig);
+    await this.waitAsync(ARRIVE, k, call);
+    this.finish(k, sig, bytes.byteLength, fold);
   }
 
   private publish(k: number, bytes: Uint8Array, sig: number): void {

@@ -8,6 +8,7 @@
  */
 import { WeftError } from '../errors.js';
 import type { MemoryRegion, RemoteRegion, QueuePair } from '../nic/types.js';
+import { MixedMemoryRegion } from '../nic/mixed/device.js';
 import { dtypeOf, type TypedArray } from '../reduce/index.js';
 
 /** A typed-array constructor `alloc` accepts. */
@@ -22,7 +23,19 @@ const DESC_MAX = SHARED_RECORD_BYTES - 16;
 
 interface Owned {
   readonly mr: MemoryRegion;
-  readonly descriptor: Uint8Array;
+  /** What a peer on this host imports to read the bytes in place (undefined: nothing can). */
+  readonly descriptor: Uint8Array | undefined;
+}
+
+/**
+ * The descriptor of `mr` for a peer on this host: on shm the region's own; on a device that
+ * mixes providers (a job that spans hosts) the shared-memory part alone, which the mixed QP
+ * toward a rank of this host imports (the whole one, with the fabric part, does not fit a record).
+ */
+function hostDescriptor(mr: MemoryRegion, provider: string): Uint8Array | undefined {
+  if (provider === 'shm') return mr.descriptor();
+  if (provider === 'mixed' && mr instanceof MixedMemoryRegion) return mr.shm?.descriptor();
+  return undefined;
 }
 
 interface Imported {
@@ -57,7 +70,7 @@ export class SharedArrays {
     if (!Number.isInteger(length) || length < 1 || length * bpe > 0xffffffff) throw new WeftError('EINVAL', `${where}: length must be an integer in [1, 4 GiB / ${bpe}), got ${length}`);
     const mr = this.host.nic.allocate(length * bpe);
     const array = new ctor(mr.bytes.buffer, mr.bytes.byteOffset, length);
-    this.owned.set(mr.bytes.buffer, { mr, descriptor: mr.descriptor() });
+    this.owned.set(mr.bytes.buffer, { mr, descriptor: hostDescriptor(mr, this.host.nic.provider) });
     return array;
   }
 
@@ -68,7 +81,7 @@ export class SharedArrays {
   record(view: Uint8Array, out: Uint8Array, at: number): void {
     const o = this.owned.get(view.buffer);
     const w = new DataView(out.buffer, out.byteOffset + at, SHARED_RECORD_BYTES);
-    if (o === undefined || o.descriptor.length > DESC_MAX || this.host.nic.provider !== 'shm') {
+    if (o?.descriptor === undefined || o.descriptor.length > DESC_MAX) {
       w.setUint32(0, 0, true);
       return;
     }

@@ -111,6 +111,15 @@ if (why) {
     assert.not.match(r.out, /leaked in \/dev\/shm/);
   });
 
+  test('ctx.alloc arrays across hosts, 2 hosts x 2 ranks: the hierarchical allreduce reads them in place inside a host (every dtype, in and out of place, ops, views, a heap array on one host, a barrier made mid-call); the other collectives over them', async () => {
+    for (const mode of ['hostshared', 'registered']) {
+      const r = await runOnHosts(hosts, { perHost: [2, 2], script: COLLECTIVES, args: [mode], store: master(), env: big, timeoutMs: 300_000 });
+      assert.equal(r.codes.slice(0, 2), [0, 0], `${mode}: ${r.out.slice(-3000)}`);
+      for (let k = 0; k < 4; k++) assert.match(r.out, new RegExp(`ok rank ${k}: \\d+ checks`), `${mode}: ${r.out.slice(-3000)}`);
+      assert.not.match(r.out, /leaked in \/dev\/shm/);
+    }
+  });
+
   // 3 hosts with the whole matrix in the soak run (npm test's budget); npm test runs the
   // subgroups below on the same 3 hosts and the same launcher-hosted TcpStore.
   if (soak) test('every collective against its reference, 3 hosts x {1, 2, 1} ranks over a launcher-hosted TcpStore with a secret', async () => {

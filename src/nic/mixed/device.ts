@@ -79,6 +79,11 @@ export class MixedMemoryRegion implements MemoryRegion {
   }
 }
 
+/** Whether `desc` starts as a mixed descriptor does (the rest is descriptorPart's to check). */
+function isMixedDescriptor(desc: Uint8Array): boolean {
+  return desc instanceof Uint8Array && desc.byteLength >= 4 && new DataView(desc.buffer, desc.byteOffset, 4).getUint32(0, true) === DESC_MAGIC;
+}
+
 /** The part of a mixed descriptor for one provider; throws EPROTO on malformed bytes. */
 export function descriptorPart(desc: Uint8Array, kind: 'shm' | 'ofi', where: string): Uint8Array {
   const bad = (why: string) => new WeftError('EPROTO', `${where}: malformed region descriptor (${why})`);
@@ -227,8 +232,15 @@ class MixedQueuePair implements QueuePair {
     this.chosen = qp;
     qp.connect(part);
   }
+  /**
+   * Imports a mixed descriptor (its part for this QP's provider), or one of this QP's provider
+   * alone (a shared array's record carries the shared-memory part only), which that provider
+   * checks as it checks any.
+   */
   importRegion(descriptor: Uint8Array): RemoteRegion {
-    return this.chosen.importRegion(descriptorPart(descriptor, this.kind === 'ofi' ? 'ofi' : 'shm', `${this.owner.label}: importRegion from ${this.peerLabel}`));
+    const kind = this.kind === 'ofi' ? 'ofi' : 'shm';
+    if (!isMixedDescriptor(descriptor)) return this.chosen.importRegion(descriptor);
+    return this.chosen.importRegion(descriptorPart(descriptor, kind, `${this.owner.label}: importRegion from ${this.peerLabel}`));
   }
   postWriteImm(local: MemoryRegion, lOff: number, remote: RemoteRegion, rOff: number, len: number, imm: number, wrId: number, signaled: boolean): void {
     this.chosen.postWriteImm(this.part(local), lOff, remote, rOff, len, imm, wrId, signaled);

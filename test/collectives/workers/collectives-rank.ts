@@ -4,6 +4,9 @@
 //   mismatch  rank 1 passes a different length (or dtype, with argv[3] = 'dtype')
 //   kill      allreduce (argv[3] elements; argv[4] 'barrier': barriers) in a loop; the last rank SIGKILLs itself mid-way
 //   shared    allreduce over ctx.alloc arrays read in place (shm), mixed with heap arrays
+//   hostshared (a job that spans hosts, as many ranks per host) the hierarchical allreduce over
+//             ctx.alloc arrays, whose steps inside a host read them in place; heap arrays on one
+//             host only; a barrier made while such an allreduce is between its steps
 //   groups    the matrix on subgroups (split by parity with reversed keys, then newGroup of
 //             the job's first and last rank), with world calls on the same tags in between
 // Prints "ok rank R: N checks" at the end, or throws (exit code 1) naming the failed case.
@@ -333,6 +336,55 @@ async function shared(c: ProcessGroup): Promise<void> {
 }
 
 /**
+ * The hierarchical allreduce over ctx.alloc arrays on hosts with as many ranks each: inside a
+ * host its steps read the peers' arrays in place on the host board (allreduce-shared.ts), and
+ * across hosts each local rank allreduces its chunk with its counterparts.
+ */
+async function hostshared(c: ProcessGroup): Promise<void> {
+  for (const C of [Float32Array, Int32Array, Float64Array, BigInt64Array, Uint8Array] as Ctor[]) {
+    for (const n of [70_001, ...bigFor(C)]) {
+      const x = allocOf(c, C, gen(C, rank, n));
+      await c.allreduce(x);
+      same(`host-shared allreduce in place ${C.name} n=${n}`, x, reference(C, n, 'sum'));
+      const input = allocOf(c, C, gen(C, rank, n));
+      const out = c.allreduceSync(input, { output: c.alloc(C as never, n) as TypedArray });
+      same(`host-shared allreduceSync out of place ${C.name} n=${n}`, out, reference(C, n, 'sum'));
+      same(`host-shared allreduceSync leaves its input alone ${C.name} n=${n}`, input, gen(C, rank, n));
+    }
+  }
+  for (const op of ['max', 'min', 'prod', 'bxor'] as ReduceOp[]) {
+    const x = allocOf(c, Int32Array, gen(Int32Array, rank, 70_001, op));
+    await c.allreduce(x, { op });
+    same(`host-shared allreduce ${op}`, x, reference(Int32Array, 70_001, op));
+  }
+  // Views at offsets inside one allocation, the same arrays again (imported regions reused).
+  const whole = c.alloc(Float32Array, 100_000);
+  for (let k = 0; k < 3; k++) {
+    const view = whole.subarray(1000 + k, 1000 + k + 70_001);
+    view.set(gen(Float32Array, rank, 70_001, 'sum', k) as Float32Array);
+    c.allreduceSync(view);
+    same(`host-shared allreduce of a subarray, round ${k}`, view, reference(Float32Array, 70_001, 'sum', k));
+  }
+  // A heap array on one rank: its host takes the message steps, the others stay in place; the
+  // step across hosts is the same call in both, so they still meet.
+  for (const heapRank of [1, size - 1]) {
+    const m = rank === heapRank ? gen(Float32Array, rank, 70_001) : allocOf(c, Float32Array, gen(Float32Array, rank, 70_001));
+    await c.allreduce(m);
+    same(`host-shared allreduce with a heap array on rank ${heapRank}`, m, reference(Float32Array, 70_001, 'sum'));
+  }
+  // A barrier made while the allreduce is between its board steps (local rank 0 made it 20 ms
+  // later): both take the host board, and the barrier's call pairs with the barrier's on every
+  // rank, not with one of the allreduce's later steps.
+  for (let k = 0; k < 3; k++) {
+    const x = allocOf(c, Float32Array, gen(Float32Array, rank, 70_001, 'sum', k));
+    const p = c.allreduce(x);
+    if (ctx.localRank === 0) await new Promise((r) => setTimeout(r, 20));
+    await Promise.all([p, c.barrier()]);
+    same(`host-shared allreduce beside a barrier, round ${k}`, x, reference(Float32Array, 70_001, 'sum', k));
+  }
+}
+
+/**
  * Collectives over ctx.alloc arrays on any provider. On ofi, sends of at least 512 KiB from such
  * arrays are written from them in place (no staging copy) and finish on the peer's credit.
  */
@@ -427,7 +479,7 @@ async function groups(c: ProcessGroup): Promise<void> {
 }
 
 /** Modes that run a set of checks and report how many passed. */
-const checked: Record<string, (c: ProcessGroup) => Promise<void>> = { registered, shared, transport, matrix, groups };
+const checked: Record<string, (c: ProcessGroup) => Promise<void>> = { registered, shared, hostshared, transport, matrix, groups };
 
 if (mode in checked) {
   await checked[mode](ctx);
