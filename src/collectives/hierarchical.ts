@@ -10,18 +10,20 @@
  *   the same local rank on every host (L allreduces across hosts at once), allgather inside
  *   the host; untagged calls over ctx.alloc arrays run the two steps inside the host on shared
  *   memory, reading the peers' arrays in place (hostShared), the others through the rings;
- * - small arrays on hosts with the same number of ranks: allreduce inside the host (on the
- *   host board: no messages), then among the ranks with the same local rank on every host
- *   (two steps; every rank crosses the network with its host's sum, and none waits for a
- *   broadcast from its leader);
- * - one leader per host (hosts with different numbers of ranks): reduce to local rank 0,
- *   allreduce among the leaders, broadcast inside the host.
+ * - arrays the host board holds (untagged, up to 64 KiB): the host's sum on the host board,
+ *   allreduce of it among the leaders (local rank 0 of every host), the leader's result on the
+ *   host board again; the host's ranks hold the board from the first step to the last
+ *   (hostBoardAllreduce), and only one rank per host crosses the network;
+ * - one leader per host otherwise (hosts with different numbers of ranks, or a host without a
+ *   board): reduce to local rank 0, allreduce among the leaders, broadcast inside the host;
+ *   tagged small arrays on hosts with the same number of ranks: allreduce inside the host, then
+ *   among the same local rank of every host (two steps).
  * broadcast: inside the root's host, then among the leaders, then inside the other hosts.
  * allgather / reduceScatter (hosts holding contiguous blocks of ranks, as weft run places
  * them; otherwise the flat algorithm): gather to the leader, allgatherv among leaders, broadcast
  * inside the host; reduce to the leader, reduce-scatter among leaders by host, scatter inside.
- * barrier: on hosts with as many ranks each, inside the host (host board), then among the same
- * local rank of every host; otherwise inside the host, among the leaders, inside again.
+ * barrier: inside the host, among the leaders, inside again; on the host board (held from its
+ * first step to its last) when the host has one and the call is untagged, else messages.
  *
  * Each step is an ordinary collective call on a subgroup (own slots, own checks); a failure in
  * any aborts the job as usual. The same steps run with the Promise or the blocking calls.
@@ -29,10 +31,12 @@
 import type { ReduceOp } from '../reduce/index.js';
 import { Deadline } from '../util/deadline.js';
 import { collectiveSlot, signature } from '../transport/signature.js';
-import { CollectiveCall, isTag, refused, type CollectiveOptions, type Group } from './call.js';
+import { CollectiveCall, driveAsync, driveSync, isTag, refused, type CollectiveOptions, type Group } from './call.js';
+import { agreement, CHECK_CALLS } from './agreement.js';
+import { copyInto } from '../host/copy.js';
 import { bytesOf, checkArray, checkInOut, checkLength, reduction, type TypedArray } from './checks.js';
 import { sharedAllreduce, sharedAllreduceSync, type AcrossHosts, type SharedCall } from './allreduce-shared.js';
-import type { Board } from '../transport/board.js';
+import type { Board, BoardFold, BoardRead } from '../transport/board.js';
 import { allreduce, allreduceSync, boardFits, type AllreduceOptions } from './allreduce.js';
 import { allgather, allgatherSync, allgatherv, allgathervSync } from './allgather.js';
 import { barrier, barrierSync } from './barrier.js';
@@ -40,6 +44,8 @@ import { broadcast, broadcastSync, type RootOptions } from './broadcast.js';
 import { gather, gatherSync, scatter, scatterSync } from './gather.js';
 import { reduce, reduceSync } from './reduce.js';
 import { reduceScatter, reduceScatterSync, type ReduceScatterOptions } from './reduce-scatter.js';
+
+const EMPTY = new Uint8Array(0);
 
 /**
  * Several leaders per host pay off from this size (below, one leader's 3 steps are cheaper),
@@ -171,10 +177,17 @@ function* allreduceSteps<T extends TypedArray>(h: Hierarchy, input: T, out: T, o
     }
     return;
   }
-  if (h.peers) {
-    // Two steps against the leader's three, on 2 emulated hosts x 2 ranks at 8 B: 157-359 us
-    // per call against 295-387 us with the first step over messages, 154-215 us on the host
-    // board (docs/hosts.md, 2026-11-27, afternoon).
+  // What crosses the network is decided from the call alone (size, tag, ranks per host), never
+  // from whether this host has a board: an array the board holds crosses among the leaders on
+  // every host, with the steps inside the host on the board where there is one, else messages.
+  if (boardFits(L, input.byteLength, options)) {
+    const board = h.local.transport.smallBoard;
+    if (board) {
+      yield hostBoardAllreduce(h, board, input, out, options, d);
+      return;
+    }
+  } else if (h.peers) {
+    // Tagged (no board): allreduce inside the host, then among the same local rank of every host.
     yield (s) => (s ? allreduceSync : allreduce)(h.local, input, stepOptions(options, d, 0, out));
     yield (s) => (s ? allreduceSync : allreduce)(h.peers!, out, stepOptions(options, d));
     return;
@@ -183,6 +196,46 @@ function* allreduceSteps<T extends TypedArray>(h: Hierarchy, input: T, out: T, o
   yield (s) => (s ? reduceSync : reduce)(h.local, input, stepOptions(options, d, 0, out));
   if (h.leaders) yield (s) => (s ? allreduceSync : allreduce)(h.leaders!, out, stepOptions(options, d));
   yield (s) => (s ? broadcastSync : broadcast)(h.local, out, stepOptions(options, d));
+}
+
+/**
+ * A small allreduce on a host with a board: every rank folds the host's arrays on the host
+ * board (no messages), the leader allreduces that sum with the other hosts' leaders, and
+ * publishes the result on the board, where the others copy it. The board is held from the
+ * first step to the last (Board.holdAsync), so no other board call pairs with the last one.
+ * One rank per host crosses the network, the others wait on the board and leave the core to
+ * it: on 2 x 2 emulated hosts with a core each, timed after the barrier, 8 B took 66-92 us
+ * against 147-148 us with every local rank crossing with its counterparts, 64 KiB 134-171 us
+ * against 260-333 us (docs/hosts.md, 2026-12-06, morning).
+ */
+function hostBoardAllreduce<T extends TypedArray>(h: Hierarchy, board: Board, input: T, out: T, options: AllreduceOptions, d: Deadline): Step {
+  return (sync) => {
+    const red = reduction(`rank ${h.local.rank}: allreduce`, input, options.op, options.float);
+    const c = new CollectiveCall(h.local, 'allreduce', signature('allreduce', red.dtype, red.op), stepOptions(options, d), input.byteLength);
+    const inB = bytesOf(input);
+    const outB = bytesOf(out);
+    const fold: BoardFold = { op: red.op, dtype: red.dtype, count: input.length, out: outB };
+    const leaders = h.leaders;
+    // Member 0 of the host board is the leader (the host's lowest rank, local rank 0).
+    const take: BoardRead = (srcs) => {
+      if (!leaders) copyInto(outB, 0, srcs[0], 0, outB.byteLength);
+    };
+    if (sync) {
+      if (CHECK_CALLS) driveSync(c, agreement(c));
+      board.exchangeSync(inB, c.sig, c, fold);
+      if (leaders) allreduceSync(leaders, out, stepOptions(options, d));
+      board.exchangeSync(outB, c.sig, c, take);
+      c.device.markFinished(c.slot, c.call);
+      return;
+    }
+    return board.holdAsync(async (held) => {
+      if (CHECK_CALLS) await driveAsync(c, agreement(c));
+      await held(inB, c.sig, c, fold);
+      if (leaders) await allreduce(leaders, out, stepOptions(options, d));
+      await held(outB, c.sig, c, take);
+      c.device.markFinished(c.slot, c.call);
+    });
+  };
 }
 
 /**
@@ -342,13 +395,43 @@ export function hierarchicalReduceScatterSync<T extends TypedArray>(g: Group, h:
  * take the board).
  */
 function* barrierSteps(h: Hierarchy, options: CollectiveOptions, d: Deadline): Generator<Step> {
-  if (h.local.size > 1) yield (s) => (s ? barrierSync : barrier)(h.local, stepOptions(options, d), true);
-  if (h.peers) {
-    yield (s) => (s ? barrierSync : barrier)(h.peers!, stepOptions(options, d));
+  const board = h.local.size > 1 && !options.tag ? h.local.transport.smallBoard : undefined;
+  if (board) {
+    yield hostBoardBarrier(h, board, options, d);
     return;
   }
+  if (h.local.size > 1) yield (s) => (s ? barrierSync : barrier)(h.local, stepOptions(options, d));
   if (h.leaders) yield (s) => (s ? barrierSync : barrier)(h.leaders!, stepOptions(options, d));
   if (h.local.size > 1) yield (s) => (s ? barrierSync : barrier)(h.local, stepOptions(options, d));
+}
+
+/**
+ * A barrier among the leaders between two calls on the host board, the board held from the
+ * first to the last. A rank leaves once its leader has heard from every host, and the ranks of
+ * a host leave within a scheduler turn of each other: 2 x 2 emulated hosts with a core each,
+ * a 8 B allreduce timed after it, ranks left 16-26 us apart against 50-68 us when every local
+ * rank crossed with its counterparts (docs/hosts.md, 2026-12-06, morning).
+ */
+function hostBoardBarrier(h: Hierarchy, board: Board, options: CollectiveOptions, d: Deadline): Step {
+  return (sync) => {
+    const c = new CollectiveCall(h.local, 'barrier', signature('barrier'), stepOptions(options, d));
+    const leaders = h.leaders;
+    if (sync) {
+      if (CHECK_CALLS) driveSync(c, agreement(c));
+      board.exchangeSync(EMPTY, c.sig, c);
+      if (leaders) barrierSync(leaders, stepOptions(options, d));
+      board.exchangeSync(EMPTY, c.sig, c);
+      c.device.markFinished(c.slot, c.call);
+      return;
+    }
+    return board.holdAsync(async (held) => {
+      if (CHECK_CALLS) await driveAsync(c, agreement(c));
+      await held(EMPTY, c.sig, c);
+      if (leaders) await barrier(leaders, stepOptions(options, d));
+      await held(EMPTY, c.sig, c);
+      c.device.markFinished(c.slot, c.call);
+    });
+  };
 }
 
 export async function hierarchicalBarrier(g: Group, h: Hierarchy, options: CollectiveOptions): Promise<void> {

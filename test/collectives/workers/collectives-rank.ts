@@ -375,12 +375,21 @@ async function hostshared(c: ProcessGroup): Promise<void> {
   // A barrier made while the allreduce is between its board steps (local rank 0 made it 20 ms
   // later): both take the host board, and the barrier's call pairs with the barrier's on every
   // rank, not with one of the allreduce's later steps.
-  for (let k = 0; k < 3; k++) {
-    const x = allocOf(c, Float32Array, gen(Float32Array, rank, 70_001, 'sum', k));
-    const p = c.allreduce(x);
-    if (ctx.localRank === 0) await new Promise((r) => setTimeout(r, 20));
-    await Promise.all([p, c.barrier()]);
-    same(`host-shared allreduce beside a barrier, round ${k}`, x, reference(Float32Array, 70_001, 'sum', k));
+  // The same with arrays the host board holds (its sum on the board, the leaders across hosts,
+  // the leader's result on the board), heap and ctx.alloc alike, and with a barrier first.
+  for (const n of [70_001, 8, 16_384]) {
+    for (let k = 0; k < 3; k++) {
+      const x = n === 70_001 || k === 1 ? allocOf(c, Float32Array, gen(Float32Array, rank, n, 'sum', k)) : gen(Float32Array, rank, n, 'sum', k);
+      const p = c.allreduce(x);
+      if (ctx.localRank === 0) await new Promise((r) => setTimeout(r, 20));
+      await Promise.all([p, c.barrier()]);
+      same(`host-board allreduce of ${n} beside a barrier, round ${k}`, x, reference(Float32Array, n, 'sum', k));
+    }
+    const y = gen(Float32Array, rank, n, 'sum', 5);
+    const b = c.barrier();
+    if (ctx.localRank === 1) await new Promise((r) => setTimeout(r, 20));
+    await Promise.all([b, c.allreduce(y)]);
+    same(`host-board allreduce of ${n} made while a barrier runs`, y, reference(Float32Array, n, 'sum', 5));
   }
 }
 
