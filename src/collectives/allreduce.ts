@@ -118,8 +118,8 @@ function plan(g: Group, input: TypedArray, options: AllreduceOptions, where: str
     const inB = bytesOf(input);
     const outB = bytesOf(output);
     const algorithm = options.algorithm === undefined || options.algorithm === 'hierarchical' ? 'auto' : options.algorithm;
-    // The job's board on one host; on a job that spans hosts, the host group's host board.
-    const board = g.transport.smallBoard;
+    // The job's board on one host (a host board is the hierarchical plans' alone: hierarchical.ts).
+    const board = g.transport.board;
     if (algorithm === 'board' && (!board || inB.byteLength > Board.capacity)) {
       throw new WeftError('EINVAL', `${where}: algorithm 'board' needs the shm provider on one host and at most ${Board.capacity} bytes`);
     }

@@ -14,14 +14,12 @@ function* dissemination(c: CollectiveCall): Algorithm {
 }
 
 /**
- * The board when this barrier may use it (see allreduce: board calls pair up in call order, so
- * not for tagged calls). `first`: the barrier is the first step of a hierarchical call, which
- * may take the host group's host board (CollectiveTransport.smallBoard says why only a first
- * step may).
+ * The job's board when this barrier may use it (see allreduce: board calls pair up in call
+ * order, so not for tagged calls). A host board is the hierarchical barrier's (hierarchical.ts).
  */
-function boardFor(g: Group, options: CollectiveOptions, first: boolean) {
+function boardFor(g: Group, options: CollectiveOptions) {
   if (g.size <= 1 || options.tag) return undefined;
-  return first ? g.transport.smallBoard : g.transport.board;
+  return g.transport.board;
 }
 
 /**
@@ -36,18 +34,18 @@ function begin(g: Group, options: CollectiveOptions): CollectiveCall {
   }
 }
 
-export async function barrier(g: Group, options: CollectiveOptions = {}, first = false): Promise<void> {
+export async function barrier(g: Group, options: CollectiveOptions = {}): Promise<void> {
   const c = begin(g, options);
-  const board = boardFor(g, options, first);
+  const board = boardFor(g, options);
   if (!board) return runAsync(c, dissemination(c));
   if (CHECK_CALLS) await driveAsync(c, agreement(c));
   await board.exchangeAsync(EMPTY, c.sig, c);
   c.device.markFinished(c.slot, c.call);
 }
 
-export function barrierSync(g: Group, options: CollectiveOptions = {}, first = false): void {
+export function barrierSync(g: Group, options: CollectiveOptions = {}): void {
   const c = begin(g, options);
-  const board = boardFor(g, options, first);
+  const board = boardFor(g, options);
   if (!board) return runSync(c, dissemination(c));
   if (CHECK_CALLS) driveSync(c, agreement(c));
   board.exchangeSync(EMPTY, c.sig, c);

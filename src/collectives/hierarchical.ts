@@ -156,7 +156,7 @@ function* allreduceSteps<T extends TypedArray>(h: Hierarchy, input: T, out: T, o
   if (h.peers && input.byteLength >= MULTI_LEADER_MIN_BYTES && input.length >= L && !boardFits(L, input.byteLength, options)) {
     // Arrays from ctx.alloc on every rank of the host: the steps inside the host read the
     // peers' arrays in place (see hostShared); otherwise, or tagged, messages.
-    const board = options.tag ? undefined : h.local.transport.smallBoard;
+    const board = options.tag ? undefined : h.local.transport.hostBoard;
     if (board) {
       let done = false;
       const call = hostShared(h, board, input, out, options, d);
@@ -181,7 +181,7 @@ function* allreduceSteps<T extends TypedArray>(h: Hierarchy, input: T, out: T, o
   // from whether this host has a board: an array the board holds crosses among the leaders on
   // every host, with the steps inside the host on the board where there is one, else messages.
   if (boardFits(L, input.byteLength, options)) {
-    const board = h.local.transport.smallBoard;
+    const board = h.local.transport.hostBoard;
     if (board) {
       yield hostBoardAllreduce(h, board, input, out, options, d);
       return;
@@ -395,7 +395,7 @@ export function hierarchicalReduceScatterSync<T extends TypedArray>(g: Group, h:
  * take the board).
  */
 function* barrierSteps(h: Hierarchy, options: CollectiveOptions, d: Deadline): Generator<Step> {
-  const board = h.local.size > 1 && !options.tag ? h.local.transport.smallBoard : undefined;
+  const board = h.local.size > 1 && !options.tag ? h.local.transport.hostBoard : undefined;
   if (board) {
     yield hostBoardBarrier(h, board, options, d);
     return;

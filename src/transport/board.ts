@@ -4,8 +4,9 @@
  * use it without messages: a rank publishes its bytes and a sequence number, and reads its
  * peers' bytes as soon as their numbers match; it never waits for a message round trip.
  * A job that spans hosts has one board per host (the host board), among the ranks of that
- * host: the first step of a small hierarchical allreduce, and of a hierarchical barrier, runs
- * on it (only first steps may: CollectiveTransport.smallBoard says why).
+ * host: the hierarchical allreduce and barrier run their steps inside the host on it, holding
+ * it from their first board call to their last (holdAsync; CollectiveTransport.hostBoard says
+ * why).
  *
  * Layout (at `boardOffset` in every rank's inbox; u32 words):
  *   line 0   word 0 ARRIVE (sequence number of the last published call); words 1 + 2p and

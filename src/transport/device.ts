@@ -71,10 +71,6 @@ export class Device implements PairHost, CompletionSink, CollectiveTransport {
    * hierarchy's host group uses (GroupView's hostBoard option); undefined otherwise.
    */
   hostBoard: Board | undefined;
-  /** The job's board serves its small allreduces (never the host board: this group spans hosts). */
-  get smallBoard(): Board | undefined {
-    return this.board;
-  }
   /** Typed arrays in registered memory (`alloc`), and peers' ones read in place. */
   readonly shared: SharedArrays;
   readonly pool = new BytePool();

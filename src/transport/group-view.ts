@@ -40,15 +40,13 @@ export interface CollectiveTransport {
   readonly closed: boolean;
   readonly board: Board | undefined;
   /**
-   * The board a small allreduce (or a barrier) may take: the job's board, or the host group's
-   * host board (GroupView's hostBoard option). Only as the first step of a hierarchical call
-   * (a small allreduce's, a barrier's): board calls pair up in call order, and a first step is
-   * made when its call is, in the same order on every rank. A later step (the last one inside
-   * the host of a barrier on hosts of different sizes) starts when the steps before it end, at
-   * different times on a leader and the others, so a board call made meanwhile would pair with
-   * it on one rank and not on another.
+   * The board of this rank's host when the job spans hosts (the hierarchy's host group has it
+   * through GroupView's hostBoard option). Only the hierarchical plans take it, each holding it
+   * for the whole call (Board.holdAsync): board calls pair up in call order, and a call's later
+   * steps start when its earlier ones end, at different times on different ranks, so a board
+   * call made meanwhile would pair with one of them on one rank and not on another.
    */
-  readonly smallBoard: Board | undefined;
+  readonly hostBoard: Board | undefined;
   readonly shared: SharedArrays;
   readonly stagedRings: boolean;
   /** Added to every slot of a call on this transport. */
@@ -86,7 +84,7 @@ export class GroupView implements CollectiveTransport {
   readonly slotBase: number;
   readonly label: string;
   private readonly byWorld = new Map<number, number>();
-  private readonly hostBoard: Board | undefined;
+  readonly hostBoard: Board | undefined;
 
   constructor(
     readonly device: Device,
@@ -118,10 +116,6 @@ export class GroupView implements CollectiveTransport {
   /** The board spans every rank of the job: a subgroup has none. */
   get board(): Board | undefined {
     return undefined;
-  }
-  /** The host group's host board (see CollectiveTransport.smallBoard). */
-  get smallBoard(): Board | undefined {
-    return this.hostBoard;
   }
   get shared(): SharedArrays {
     return this.device.shared;
