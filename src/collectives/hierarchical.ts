@@ -161,10 +161,9 @@ function* allreduceSteps<T extends TypedArray>(h: Hierarchy, input: T, out: T, o
       let done = false;
       const call = hostShared(h, board, input, out, options, d);
       yield (s) => (s ? (done = sharedAllreduceSync(call)) : sharedAllreduce(call).then((ok) => void (done = ok)));
-      if (done) {
-        call.c.device.markFinished(call.c.slot, call.c.call);
-        return;
-      }
+      // Its board calls are over either way; heap arrays somewhere on this host: the rings below.
+      call.c.device.markFinished(call.c.slot, call.c.call);
+      if (done) return;
     }
     const counts = evenCounts(input.length, L);
     const { view: shard, area } = scratchOf(g, input, counts[h.local.rank]);
