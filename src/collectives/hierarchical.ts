@@ -18,7 +18,9 @@
  *   board): reduce to local rank 0, allreduce among the leaders, broadcast inside the host;
  *   tagged small arrays on hosts with the same number of ranks: allreduce inside the host, then
  *   among the same local rank of every host (two steps).
- * broadcast: inside the root's host, then among the leaders, then inside the other hosts.
+ * broadcast: inside the root's host, then among the leaders, then inside the other hosts (the
+ *   steps inside a host on the host board, held across the leaders' step, for untagged arrays
+ *   the board holds: hostBoardBroadcast).
  * allgather / reduceScatter (hosts holding contiguous blocks of ranks, as weft run places
  * them; otherwise the flat algorithm): gather to the leader, allgatherv among leaders, broadcast
  * inside the host; reduce to the leader, reduce-scatter among leaders by host, scatter inside.
@@ -31,10 +33,10 @@
 import type { ReduceOp } from '../reduce/index.js';
 import { Deadline } from '../util/deadline.js';
 import { collectiveSlot, signature } from '../transport/signature.js';
-import { CollectiveCall, driveAsync, driveSync, isTag, refused, type CollectiveOptions, type Group } from './call.js';
+import { beginCall, CollectiveCall, driveAsync, driveSync, isTag, refused, type CollectiveOptions, type Group } from './call.js';
 import { agreement, CHECK_CALLS } from './agreement.js';
 import { copyInto } from '../host/copy.js';
-import { bytesOf, checkArray, checkInOut, checkLength, reduction, type TypedArray } from './checks.js';
+import { bytesOf, checkArray, checkInOut, checkLength, dtypeName, reduction, type TypedArray } from './checks.js';
 import { sharedAllreduce, sharedAllreduceSync, type AcrossHosts, type SharedCall } from './allreduce-shared.js';
 import type { Board, BoardFold, BoardRead } from '../transport/board.js';
 import { allreduce, allreduceSync, boardFits, type AllreduceOptions } from './allreduce.js';
@@ -238,6 +240,42 @@ function hostBoardAllreduce<T extends TypedArray>(h: Hierarchy, board: Board, in
 }
 
 /**
+ * A broadcast of an array the host board holds, on a host with a board: on the root's host the
+ * root publishes it on the board (its leader takes it there) before the leaders' broadcast; on
+ * the other hosts the leader publishes what that broadcast brought, after it. One board call per
+ * host, the board held across the leaders' step, so a board call made meanwhile cannot pair with
+ * it; the step across hosts is the leaders' broadcast from the root's host, as without a board.
+ */
+function hostBoardBroadcast(h: Hierarchy, board: Board, data: TypedArray, rootHost: number, rootLocal: number, options: RootOptions, d: Deadline): Step {
+  return (sync) => {
+    const onRootHost = h.host === rootHost;
+    const source = onRootHost ? rootLocal : 0;
+    const c = beginCall(h.local, 'broadcast', stepOptions(options, d), dtypeName(`rank ${h.local.rank}: broadcast`, data), undefined, source, data.byteLength);
+    const bytes = bytesOf(data);
+    const leaders = h.leaders;
+    // Member i of the host board is local rank i.
+    const take: BoardRead = (srcs) => {
+      if (h.local.rank !== source) copyInto(bytes, 0, srcs[source], 0, bytes.byteLength);
+    };
+    if (sync) {
+      if (CHECK_CALLS) driveSync(c, agreement(c));
+      if (onRootHost) board.exchangeSync(bytes, c.sig, c, take);
+      if (leaders) broadcastSync(leaders, data, stepOptions(options, d, rootHost));
+      if (!onRootHost) board.exchangeSync(bytes, c.sig, c, take);
+      c.device.markFinished(c.slot, c.call);
+      return;
+    }
+    return board.holdAsync(async (held) => {
+      if (CHECK_CALLS) await driveAsync(c, agreement(c));
+      if (onRootHost) await held(bytes, c.sig, c, take);
+      if (leaders) await broadcast(leaders, data, stepOptions(options, d, rootHost));
+      if (!onRootHost) await held(bytes, c.sig, c, take);
+      c.device.markFinished(c.slot, c.call);
+    });
+  };
+}
+
+/**
  * The several-leaders allreduce with its steps inside the host on shared memory: the shared
  * allreduce among the host's ranks on the host board (allreduce-shared.ts), each rank reducing
  * its chunk of everyone's input in place, allreducing that chunk with the same local rank of
@@ -265,7 +303,7 @@ function hostShared<T extends TypedArray>(h: Hierarchy, board: Board, input: T, 
  * fabric step or went through, depending on timing. Now it is refused when it is made, on
  * every rank, as a flat call is. Undefined for a bad tag (the first step refuses it, naming it).
  */
-function claimCall(g: Group, collective: 'allreduce' | 'barrier', options: CollectiveOptions): number | undefined {
+function claimCall(g: Group, collective: 'allreduce' | 'barrier' | 'broadcast', options: CollectiveOptions): number | undefined {
   const tag = options.tag ?? 0;
   if (!isTag(tag)) return undefined;
   const slot = collectiveSlot(collective, tag) + g.transport.slotBase;
@@ -306,6 +344,12 @@ function* broadcastSteps(h: Hierarchy, data: TypedArray, root: number, options: 
   const rootHost = h.hostOf[root];
   const rootLocal = h.localRankOf[root];
   const onRootHost = h.host === rootHost;
+  // An array the host board holds: the host's step on the board (the leaders' step is the same).
+  const board = h.local.size > 1 && boardFits(h.local.size, data.byteLength, options) ? h.local.transport.hostBoard : undefined;
+  if (board) {
+    yield hostBoardBroadcast(h, board, data, rootHost, rootLocal, options, d);
+    return;
+  }
   // 1. Inside the root's host, from the root (its leader gets it too).
   if (onRootHost && rootLocal !== 0 && h.local.size > 1) yield (s) => (s ? broadcastSync : broadcast)(h.local, data, stepOptions(options, d, rootLocal));
   // 2. Among the leaders, from the root's host's leader.
@@ -315,12 +359,24 @@ function* broadcastSteps(h: Hierarchy, data: TypedArray, root: number, options: 
 }
 
 export async function hierarchicalBroadcast<T extends TypedArray>(g: Group, h: Hierarchy, data: T, root: number, options: RootOptions): Promise<T> {
-  await runAsync(broadcastSteps(h, data, root, options, begin(g, options)));
+  const d = begin(g, options);
+  const slot = claimCall(g, 'broadcast', options);
+  try {
+    await runAsync(broadcastSteps(h, data, root, options, d));
+  } finally {
+    if (slot !== undefined) g.transport.releaseSlot(slot);
+  }
   return data;
 }
 
 export function hierarchicalBroadcastSync<T extends TypedArray>(g: Group, h: Hierarchy, data: T, root: number, options: RootOptions): T {
-  runSync(broadcastSteps(h, data, root, options, begin(g, options)));
+  const d = begin(g, options);
+  const slot = claimCall(g, 'broadcast', options);
+  try {
+    runSync(broadcastSteps(h, data, root, options, d));
+  } finally {
+    if (slot !== undefined) g.transport.releaseSlot(slot);
+  }
   return data;
 }
 

@@ -144,12 +144,12 @@ if (why) {
     assert.match(r.out, /ok rank 1: /);
   });
 
-  test('a bad argument on one rank of a hierarchical collective fails every rank at once (EINVAL), not by its timeout; so do two untagged allreduces, or barriers, at once', async () => {
+  test('a bad argument on one rank of a hierarchical collective fails every rank at once (EINVAL), not by its timeout; so do two untagged allreduces, barriers or broadcasts at once', async () => {
     // concurrent(-barrier): a small allreduce, or a barrier, starts on the host board, which
     // queues a second call instead of refusing it; the hierarchical call holds the job's slot
     // of its collective, so the second is refused when it is made (it used to fail in its
     // fabric step, or not at all).
-    for (const which of ['allgather', 'reduceScatter', 'timeoutMs', 'concurrent', 'concurrent-barrier']) {
+    for (const which of ['allgather', 'reduceScatter', 'timeoutMs', 'concurrent', 'concurrent-barrier', 'concurrent-broadcast']) {
       const r = await runOnHosts(hosts, { perHost: [2, 2], script: HOSTS_RANK, args: ['badarg', which], store: redis, timeoutMs: 60_000 });
       const lines = r.out.match(/badarg rank \d: .*/g) ?? [];
       assert.is(lines.length, 4, `${which}: ${r.out.slice(-2000)}`);
@@ -158,7 +158,7 @@ if (why) {
       // Refused by the job's call itself when it was made: a refusal from the step across
       // hosts would name the subgroup ("rank R (rank x of 2 in the same local rank ...)").
       if (which.startsWith('concurrent')) {
-        const name = which === 'concurrent' ? 'allreduce' : 'barrier';
+        const name = which === 'concurrent' ? 'allreduce' : which.slice('concurrent-'.length);
         for (const l of lines) assert.match(l, new RegExp(`\\(rank \\d: ${name} \\(tag 0\\): a call of the same collective and tag is still in flight`), l);
       }
     }

@@ -391,6 +391,21 @@ async function hostshared(c: ProcessGroup): Promise<void> {
     await Promise.all([b, c.allreduce(y)]);
     same(`host-board allreduce of ${n} made while a barrier runs`, y, reference(Float32Array, n, 'sum', 5));
   }
+  // Broadcasts from every root (a leader or not), on the host board when it holds the array,
+  // blocking and awaited, and one with a barrier made while it is between its steps.
+  for (const n of [8, 16_384, 70_001]) {
+    for (let root = 0; root < size; root++) {
+      const x = rank === root ? gen(Float32Array, 40 + root, n) : new Float32Array(n).fill(-1);
+      if (root & 1) await c.broadcast(x, { root });
+      else c.broadcastSync(x, { root });
+      same(`host-board broadcast of ${n} from rank ${root}`, x, gen(Float32Array, 40 + root, n));
+      const z = rank === root ? gen(Float32Array, 50 + root, n) : new Float32Array(n).fill(-1);
+      const p = c.broadcast(z, { root });
+      if (ctx.localRank === 0) await new Promise((r) => setTimeout(r, 5));
+      await Promise.all([p, c.barrier()]);
+      same(`host-board broadcast of ${n} from rank ${root} beside a barrier`, z, gen(Float32Array, 50 + root, n));
+    }
+  }
 }
 
 /**

@@ -137,6 +137,11 @@ if (mode === 'info' || mode === 'near') {
       const first = ctx.barrier({ timeoutMs: 20_000 });
       first.catch(() => {});
       await ctx.barrier({ timeoutMs: 20_000 });
+    } else if (which === 'concurrent-broadcast') {
+      // And with two untagged broadcasts (the second would queue behind the first's board hold).
+      const first = ctx.broadcast(Float32Array.of(rank), { timeoutMs: 20_000 });
+      first.catch(() => {});
+      await ctx.broadcast(Float32Array.of(rank), { timeoutMs: 20_000 });
     } else await ctx.allreduce(Float32Array.of(rank), { timeoutMs: rank === 1 ? ('x' as unknown as number) : 20_000 });
     console.log(`badarg rank ${rank}: returned`);
   } catch (err) {
