@@ -67,6 +67,12 @@ export class CollectiveCall {
   readonly call: number;
   readonly deadline: Deadline;
   readonly tag: number;
+  /**
+   * Sends of registered arrays may go out in place (transport/pair.ts, from 512 KiB), finishing
+   * on the receiver's credit instead of once staged. A plan whose ranks send and receive at
+   * once in every step (allreduce) turns it off: see allreduce.ts.
+   */
+  zeroCopy = true;
   private held: Uint8Array[] | undefined;
   constructor(
     readonly group: Group,
@@ -117,7 +123,7 @@ export class CollectiveCall {
 
   send(to: number, bytes: Uint8Array): SendOp {
     const op = new SendOp(this.device.worldRank(to), this.slot, bytes, this.sig, 0, 0);
-    op.allowZeroCopy = true;
+    op.allowZeroCopy = this.zeroCopy;
     op.call = this.call;
     this.device.pair(to).send(op);
     return op;

@@ -62,7 +62,7 @@ if (why) {
   const master = (): HostStore => ({ kind: 'master', host: 0, port: 29400 + Math.floor(Math.random() * 500), secret });
   const big: Record<string, string> = soak ? {} : { WEFT_TEST_BIG: '70001' };
 
-  test('2 hosts x 2 ranks over Redis: local ranks, host names, a device that mixes shm and the fabric, and non-leaders that leave the fabric to their leader (1,000 small allreduces, 1,000 broadcasts)', async () => {
+  test('2 hosts x 2 ranks over Redis: local ranks, host names, a device that mixes shm and the fabric, and non-leaders that leave the fabric to their leader (1,000 small allreduces, 1,000 small and 300 larger broadcasts)', async () => {
     const r = await runOnHosts(hosts, { perHost: [2, 2], script: HOSTS_RANK, args: ['near'], store: redis, timeoutMs: 120_000 });
     assert.equal(r.codes.slice(0, 2), [0, 0], r.out.slice(-3000));
     for (let k = 0; k < 4; k++) {
@@ -75,12 +75,14 @@ if (why) {
       // A hierarchical broadcast's non-leaders take the data from their leader only, over
       // shared memory; reading the fabric there costs a system call per poll (tcp;ofi_rxm's
       // progress) and found nothing. They read it only while it has work of theirs, or now and then.
-      const m = new RegExp(`near rank ${k} \\(local (\\d)\\): wrong (\\d+), fabric skips (\\d+), chunks sent to the other host in 1000 small allreduces (\\d+)`).exec(r.out);
+      const m = new RegExp(`near rank ${k} \\(local (\\d)\\): wrong (\\d+), fabric skips (\\d+), chunks sent to the other host in 1000 small allreduces (\\d+), in 1000 small broadcasts (\\d+)`).exec(r.out);
       assert.ok(m, r.out.slice(-3000));
       assert.is(Number(m![2]), 0, `rank ${k}: wrong sums`);
-      if (m![1] === '1') assert.ok(Number(m![3]) > 0, `rank ${k} (not a leader) read the fabric on every poll in broadcasts: ${m![0]}`);
-      // In a small allreduce only the leaders cross the network; the others wait on the host board.
+      if (m![1] === '1') assert.ok(Number(m![3]) > 0, `rank ${k} (not a leader) read the fabric on every poll in broadcasts past the board: ${m![0]}`);
+      // In a small allreduce only the leaders cross the network; the others wait on the host
+      // board. In a small broadcast from rank 0, only rank 0 sends across.
       assert.is(Number(m![4]), m![1] === '0' ? 1000 : 0, `rank ${k}: ${m![0]}`);
+      assert.is(Number(m![5]), k === 0 ? 1000 : 0, `rank ${k}: ${m![0]}`);
     }
     assert.not.match(r.out, /leaked in \/dev\/shm/);
   });

@@ -410,7 +410,8 @@ async function hostshared(c: ProcessGroup): Promise<void> {
 
 /**
  * Collectives over ctx.alloc arrays on any provider. On ofi, sends of at least 512 KiB from such
- * arrays are written from them in place (no staging copy) and finish on the peer's credit.
+ * arrays (broadcast, allgather, reduceScatter; allreduce stages its own) are written from them
+ * in place (no staging copy) and finish on the peer's credit.
  */
 async function registered(c: ProcessGroup): Promise<void> {
   for (const C of [Float32Array, Int32Array, Float64Array, BigInt64Array, Uint8Array] as Ctor[]) {
