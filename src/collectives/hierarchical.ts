@@ -34,6 +34,8 @@ import type { ReduceOp } from '../reduce/index.js';
 import { Deadline } from '../util/deadline.js';
 import { collectiveSlot, signature } from '../transport/signature.js';
 import { beginCall, CollectiveCall, driveAsync, driveSync, isTag, refused, type CollectiveOptions, type Group } from './call.js';
+import type { CollectiveName } from '../transport/signature.js';
+import { reduceMany } from '../reduce/index.js';
 import { agreement, CHECK_CALLS } from './agreement.js';
 import { copyInto } from '../host/copy.js';
 import { bytesOf, checkArray, checkInOut, checkLength, dtypeName, reduction, type TypedArray } from './checks.js';
@@ -277,6 +279,106 @@ function hostBoardBroadcast(h: Hierarchy, board: Board, data: TypedArray, rootHo
 }
 
 /**
+ * An allgather whose output the host board holds, on a host with a board: every rank publishes
+ * its input on the board and the leader lays them out as the host's block; the leaders
+ * allgather the blocks (the same step as without a board); the leader publishes the whole
+ * output, which the others copy. The board is held across the leaders' step.
+ */
+function hostBoardAllgather<T extends TypedArray>(g: Group, h: Hierarchy, board: Board, input: T, output: T, options: CollectiveOptions, d: Deadline): Step {
+  return (sync) => {
+    const c = beginCall(h.local, 'allgather', stepOptions(options, d), dtypeName(`rank ${h.local.rank}: allgather`, input), undefined, 0, output.byteLength);
+    const inB = bytesOf(input);
+    const outB = bytesOf(output);
+    const leaders = h.leaders;
+    const { view: block, area } = scratchOf(g, input, h.local.size * input.length);
+    const blockB = bytesOf(block);
+    // The host's inputs in rank order (member i is local rank i), at the leader.
+    const lay: BoardRead = (srcs) => {
+      if (leaders) for (let r = 0; r < srcs.length; r++) copyInto(blockB, r * inB.byteLength, srcs[r], 0, inB.byteLength);
+    };
+    // Every rank publishes as many bytes (the board pairs calls by size); the others' are not read.
+    const take: BoardRead = (srcs) => {
+      if (!leaders) copyInto(outB, 0, srcs[0], 0, outB.byteLength);
+    };
+    const counts = h.hostSizes.map((k) => k * input.length);
+    const done = () => {
+      g.release(area);
+      c.device.markFinished(c.slot, c.call);
+    };
+    if (sync) {
+      try {
+        if (CHECK_CALLS) driveSync(c, agreement(c));
+        board.exchangeSync(inB, c.sig, c, lay);
+        if (leaders) allgathervSync(leaders, block, output, counts, stepOptions(options, d));
+        board.exchangeSync(outB, c.sig, c, take);
+      } finally {
+        done();
+      }
+      return;
+    }
+    return board
+      .holdAsync(async (held) => {
+        if (CHECK_CALLS) await driveAsync(c, agreement(c));
+        await held(inB, c.sig, c, lay);
+        if (leaders) await allgatherv(leaders, block, output, counts, stepOptions(options, d));
+        await held(outB, c.sig, c, take);
+      })
+      .finally(done);
+  };
+}
+
+/**
+ * A reduceScatter whose input the host board holds, on a host with a board: every rank
+ * publishes its input on the board and the leader folds them (the host's sum); the leaders
+ * reduce-scatter the sums by host (the same step as without a board); the leader publishes its
+ * host's block, and every rank copies its part. The board is held across the leaders' step.
+ */
+function hostBoardReduceScatter<T extends TypedArray>(g: Group, h: Hierarchy, board: Board, input: T, output: T, options: ReduceScatterOptions, d: Deadline): Step {
+  return (sync) => {
+    const red = reduction(`rank ${h.local.rank}: reduceScatter`, input, options.op, options.float);
+    const c = beginCall(h.local, 'reduce_scatter', stepOptions(options, d), red.dtype, red.op, 0, input.byteLength);
+    const n = output.length;
+    const inB = bytesOf(input);
+    const outB = bytesOf(output);
+    const leaders = h.leaders;
+    const { view: sum, area } = scratchOf(g, input, input.length);
+    const { view: part, area: partArea } = scratchOf(g, input, h.local.size * n);
+    const sumB = bytesOf(sum);
+    const partB = bytesOf(part);
+    const fold: BoardRead = (srcs) => {
+      if (leaders) reduceMany(red.op, red.dtype, input.length, sumB, srcs);
+    };
+    // The leader's part is the host's block; the others publish as many bytes, not read.
+    const take: BoardRead = (srcs) => copyInto(outB, 0, srcs[0], h.local.rank * outB.byteLength, outB.byteLength);
+    const counts = h.hostSizes.map((k) => k * n);
+    const done = () => {
+      g.release(partArea);
+      g.release(area);
+      c.device.markFinished(c.slot, c.call);
+    };
+    if (sync) {
+      try {
+        if (CHECK_CALLS) driveSync(c, agreement(c));
+        board.exchangeSync(inB, c.sig, c, fold);
+        if (leaders) reduceScatterSync(leaders, sum, part, stepOptions(options, d, 0, undefined, counts));
+        board.exchangeSync(partB, c.sig, c, take);
+      } finally {
+        done();
+      }
+      return;
+    }
+    return board
+      .holdAsync(async (held) => {
+        if (CHECK_CALLS) await driveAsync(c, agreement(c));
+        await held(inB, c.sig, c, fold);
+        if (leaders) await reduceScatter(leaders, sum, part, stepOptions(options, d, 0, undefined, counts));
+        await held(partB, c.sig, c, take);
+      })
+      .finally(done);
+  };
+}
+
+/**
  * The several-leaders allreduce with its steps inside the host on shared memory: the shared
  * allreduce among the host's ranks on the host board (allreduce-shared.ts), each rank reducing
  * its chunk of everyone's input in place, allreducing that chunk with the same local rank of
@@ -304,7 +406,7 @@ function hostShared<T extends TypedArray>(h: Hierarchy, board: Board, input: T, 
  * fabric step or went through, depending on timing. Now it is refused when it is made, on
  * every rank, as a flat call is. Undefined for a bad tag (the first step refuses it, naming it).
  */
-function claimCall(g: Group, collective: 'allreduce' | 'barrier' | 'broadcast', options: CollectiveOptions): number | undefined {
+function claimCall(g: Group, collective: CollectiveName, options: CollectiveOptions): number | undefined {
   const tag = options.tag ?? 0;
   if (!isTag(tag)) return undefined;
   const slot = collectiveSlot(collective, tag) + g.transport.slotBase;
@@ -383,6 +485,12 @@ export function hierarchicalBroadcastSync<T extends TypedArray>(g: Group, h: Hie
 
 function* allgatherSteps<T extends TypedArray>(g: Group, h: Hierarchy, input: T, output: T, options: CollectiveOptions, d: Deadline): Generator<Step> {
   const n = input.length;
+  // An output the host board holds: both steps inside the host on it (the leaders' step is the same).
+  const board = h.local.size > 1 && boardFits(h.local.size, output.byteLength, options) ? h.local.transport.hostBoard : undefined;
+  if (board) {
+    yield hostBoardAllgather(g, h, board, input, output, options, d);
+    return;
+  }
   // Gather this host's ranks' inputs at the leader (ranks of a host are consecutive, so they
   // form one block of the output), share the blocks among leaders, spread inside the host.
   const { view: block, area } = scratchOf(g, input, h.local.size * n);
@@ -399,17 +507,35 @@ function* allgatherSteps<T extends TypedArray>(g: Group, h: Hierarchy, input: T,
 }
 
 export async function hierarchicalAllgather<T extends TypedArray>(g: Group, h: Hierarchy, input: T, output: T, options: CollectiveOptions): Promise<T> {
-  await runAsync(allgatherSteps(g, h, input, output, options, begin(g, options, () => checkBlocks(g, 'allgather', input, 'input', output, 'output'))));
+  const d = begin(g, options, () => checkBlocks(g, 'allgather', input, 'input', output, 'output'));
+  const slot = claimCall(g, 'allgather', options);
+  try {
+    await runAsync(allgatherSteps(g, h, input, output, options, d));
+  } finally {
+    if (slot !== undefined) g.transport.releaseSlot(slot);
+  }
   return output;
 }
 
 export function hierarchicalAllgatherSync<T extends TypedArray>(g: Group, h: Hierarchy, input: T, output: T, options: CollectiveOptions): T {
-  runSync(allgatherSteps(g, h, input, output, options, begin(g, options, () => checkBlocks(g, 'allgatherSync', input, 'input', output, 'output'))));
+  const d = begin(g, options, () => checkBlocks(g, 'allgatherSync', input, 'input', output, 'output'));
+  const slot = claimCall(g, 'allgather', options);
+  try {
+    runSync(allgatherSteps(g, h, input, output, options, d));
+  } finally {
+    if (slot !== undefined) g.transport.releaseSlot(slot);
+  }
   return output;
 }
 
 function* reduceScatterSteps<T extends TypedArray>(g: Group, h: Hierarchy, input: T, output: T, options: ReduceScatterOptions, d: Deadline): Generator<Step> {
   const n = output.length;
+  // An input the host board holds: both steps inside the host on it (the leaders' step is the same).
+  const board = h.local.size > 1 && boardFits(h.local.size, input.byteLength, options) ? h.local.transport.hostBoard : undefined;
+  if (board) {
+    yield hostBoardReduceScatter(g, h, board, input, output, options, d);
+    return;
+  }
   // Reduce the whole input to the leader (in a scratch copy: the input stays as it was).
   const { view: sum, area } = scratchOf(g, input, input.length);
   try {
@@ -434,12 +560,24 @@ function* reduceScatterSteps<T extends TypedArray>(g: Group, h: Hierarchy, input
 }
 
 export async function hierarchicalReduceScatter<T extends TypedArray>(g: Group, h: Hierarchy, input: T, output: T, options: ReduceScatterOptions): Promise<T> {
-  await runAsync(reduceScatterSteps(g, h, input, output, options, begin(g, options, () => checkBlocks(g, 'reduceScatter', output, 'output', input, 'input'))));
+  const d = begin(g, options, () => checkBlocks(g, 'reduceScatter', output, 'output', input, 'input'));
+  const slot = claimCall(g, 'reduce_scatter', options);
+  try {
+    await runAsync(reduceScatterSteps(g, h, input, output, options, d));
+  } finally {
+    if (slot !== undefined) g.transport.releaseSlot(slot);
+  }
   return output;
 }
 
 export function hierarchicalReduceScatterSync<T extends TypedArray>(g: Group, h: Hierarchy, input: T, output: T, options: ReduceScatterOptions): T {
-  runSync(reduceScatterSteps(g, h, input, output, options, begin(g, options, () => checkBlocks(g, 'reduceScatterSync', output, 'output', input, 'input'))));
+  const d = begin(g, options, () => checkBlocks(g, 'reduceScatterSync', output, 'output', input, 'input'));
+  const slot = claimCall(g, 'reduce_scatter', options);
+  try {
+    runSync(reduceScatterSteps(g, h, input, output, options, d));
+  } finally {
+    if (slot !== undefined) g.transport.releaseSlot(slot);
+  }
   return output;
 }
 

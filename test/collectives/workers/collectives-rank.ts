@@ -406,6 +406,31 @@ async function hostshared(c: ProcessGroup): Promise<void> {
       same(`host-board broadcast of ${n} from rank ${root} beside a barrier`, z, gen(Float32Array, 50 + root, n));
     }
   }
+  // allgather and reduceScatter whose arrays the host board holds (up to 64 KiB in all), blocking
+  // and awaited beside a barrier made while they are between their steps; then past the board.
+  for (const n of [1, 100, 4096, 5000]) {
+    for (let k = 0; k < 2; k++) {
+      const ag = new Float32Array(n * size).fill(-1);
+      const mine = gen(Float32Array, rank + 10 * k, n);
+      if (k === 0) c.allgatherSync(mine, ag);
+      else {
+        const p = c.allgather(mine, ag);
+        if (ctx.localRank === 0) await new Promise((r) => setTimeout(r, 5));
+        await Promise.all([p, c.barrier()]);
+      }
+      for (let r = 0; r < size; r++) same(`host-board allgather of ${n} block ${r}, round ${k}`, ag, gen(Float32Array, r + 10 * k, n), r * n, n);
+      const rs = new Float32Array(n).fill(-1);
+      const all = gen(Float32Array, rank, n * size, 'sum', k);
+      if (k === 0) c.reduceScatterSync(all, rs);
+      else {
+        const p = c.reduceScatter(all, rs);
+        if (ctx.localRank === 0) await new Promise((r) => setTimeout(r, 5));
+        await Promise.all([p, c.barrier()]);
+      }
+      same(`host-board reduceScatter of ${n}, round ${k}`, rs, reference(Float32Array, n * size, 'sum', k).subarray(rank * n, rank * n + n) as TypedArray);
+      same(`host-board reduceScatter leaves its input alone, ${n}`, all, gen(Float32Array, rank, n * size, 'sum', k));
+    }
+  }
 }
 
 /**
