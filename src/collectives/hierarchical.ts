@@ -243,9 +243,9 @@ function hostBoardAllreduce<T extends TypedArray>(h: Hierarchy, board: Board, in
 }
 
 /**
- * A broadcast of an array the host board holds, on a host with a board: on the root's host the
- * root publishes it on the board (its leader takes it there) before the leaders' broadcast; on
- * the other hosts the leader publishes what that broadcast brought, after it. One board call per
+ * A broadcast of an array the host board holds, on a host with a board: on the root's host,
+ * when the root is not its leader, the root publishes it on the board (the leader takes it
+ * there) before the leaders' broadcast; elsewhere the leader publishes what it has after it. One board call per
  * host, the board held across the leaders' step, so a board call made meanwhile cannot pair with
  * it; the step across hosts is the leaders' broadcast from the root's host, as without a board.
  */
@@ -260,19 +260,22 @@ function hostBoardBroadcast(h: Hierarchy, board: Board, data: TypedArray, rootHo
     const take: BoardRead = (srcs) => {
       if (h.local.rank !== source) copyInto(bytes, 0, srcs[source], 0, bytes.byteLength);
     };
+    // The board first only where the root is not its host's leader: a leader that is the root
+    // sends across at once, without waiting for its host's other ranks to arrive.
+    const boardFirst = source !== 0;
     if (sync) {
       if (CHECK_CALLS) driveSync(c, agreement(c));
-      if (onRootHost) board.exchangeSync(bytes, c.sig, c, take);
+      if (boardFirst) board.exchangeSync(bytes, c.sig, c, take);
       if (leaders) broadcastSync(leaders, data, stepOptions(options, d, rootHost));
-      if (!onRootHost) board.exchangeSync(bytes, c.sig, c, take);
+      if (!boardFirst) board.exchangeSync(bytes, c.sig, c, take);
       c.device.markFinished(c.slot, c.call);
       return;
     }
     return board.holdAsync(async (held) => {
       if (CHECK_CALLS) await driveAsync(c, agreement(c));
-      if (onRootHost) await held(bytes, c.sig, c, take);
+      if (boardFirst) await held(bytes, c.sig, c, take);
       if (leaders) await broadcast(leaders, data, stepOptions(options, d, rootHost));
-      if (!onRootHost) await held(bytes, c.sig, c, take);
+      if (!boardFirst) await held(bytes, c.sig, c, take);
       c.device.markFinished(c.slot, c.call);
     });
   };
