@@ -25,7 +25,7 @@ import type { Board } from '../transport/board.js';
 import { SHARED_RECORD_BYTES, SharedArrays } from '../transport/shared-arrays.js';
 import { copyInto } from '../host/copy.js';
 import { evenCounts, offsets } from './checks.js';
-import type { CollectiveCall, Reduction } from './call.js';
+import { refused, type CollectiveCall, type Reduction } from './call.js';
 
 const EMPTY = new Uint8Array(0);
 
@@ -66,7 +66,8 @@ function record(call: SharedCall): Uint8Array {
 
 function reader(call: SharedCall, x: Exchange): (srcs: readonly Uint8Array[]) => void {
   return (srcs) => {
-    const { c, inB } = call;
+    // Every rank reads the same records, so these refusals come on every rank at once.
+    const { c, inB, outB } = call;
     for (let r = 0; r < srcs.length; r++) {
       const rec = srcs[r];
       if (!SharedArrays.isShared(rec, 0)) {
@@ -76,17 +77,26 @@ function reader(call: SharedCall, x: Exchange): (srcs: readonly Uint8Array[]) =>
       if (x.unshared < 0 && !SharedArrays.isShared(rec, SHARED_RECORD_BYTES)) x.unshared = r;
       const theirs = SharedArrays.byteLength(rec, 0);
       if (theirs !== inB.byteLength) throw new WeftError('EINVAL', `${c.what}: rank ${r} passed ${theirs} bytes where this rank passed ${inB.byteLength}; every rank must pass arrays of matching lengths (and dtypes)`);
+      // The output's record too: a short one would be read past its end in the last copy.
+      const theirOut = SharedArrays.isShared(rec, SHARED_RECORD_BYTES) ? SharedArrays.byteLength(rec, SHARED_RECORD_BYTES) : outB.byteLength;
+      if (theirOut !== outB.byteLength) throw new WeftError('EPROTO', `${c.what}: rank ${r}'s shared-array record gives its output ${theirOut} bytes and its input ${theirs}; the record is malformed`);
     }
     if (x.unshared >= 0) {
       if (call.forced) throw new WeftError('EINVAL', `${c.what}: algorithm 'shared' needs every rank's input and output from ctx.alloc(), but rank ${x.unshared}'s are not; allocate them with ctx.alloc(Float32Array, n) (or let algorithm 'auto' choose)`);
       return;
     }
     const shared = c.device.shared;
-    for (let r = 0; r < srcs.length; r++) {
-      if (r === c.rank) continue;
-      const peer = c.device.worldRank(r);
-      x.ins[r] = shared.peerView(peer, srcs[r], 0);
-      x.outs[r] = shared.peerView(peer, srcs[r], SHARED_RECORD_BYTES);
+    try {
+      for (let r = 0; r < srcs.length; r++) {
+        if (r === c.rank) continue;
+        const peer = c.device.worldRank(r);
+        x.ins[r] = shared.peerView(peer, srcs[r], 0);
+        x.outs[r] = shared.peerView(peer, srcs[r], SHARED_RECORD_BYTES);
+      }
+    } catch (err) {
+      // An import that fails here fails on this rank alone: the others must stop too, not go on
+      // to the next board call (or across hosts) and wait there until their timeout.
+      throw refused(c.group, err);
     }
   };
 }

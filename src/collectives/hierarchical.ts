@@ -140,7 +140,7 @@ function* allreduceSteps<T extends TypedArray>(h: Hierarchy, input: T, out: T, o
     const board = options.tag ? undefined : h.local.transport.hostBoard;
     if (board) {
       let done = false;
-      const call = hostShared(h, board, input, out, options, d);
+      const call = hostShared(g, h, board, input, out, options, d);
       yield (s) => (s ? (done = sharedAllreduceSync(call)) : sharedAllreduce(call).then((ok) => void (done = ok)));
       // Its board calls are over either way; heap arrays somewhere on this host: the rings below.
       call.c.device.markFinished(call.c.slot, call.c.call);
@@ -163,7 +163,7 @@ function* allreduceSteps<T extends TypedArray>(h: Hierarchy, input: T, out: T, o
   if (boardFits(L, input.byteLength, options)) {
     const board = h.local.transport.hostBoard;
     if (board) {
-      yield hostBoardAllreduce(h, board, input, out, options, d);
+      yield hostBoardAllreduce(g, h, board, input, out, options, d);
       return;
     }
   } else if (h.peers) {
@@ -212,14 +212,14 @@ export function hierarchicalAllreduceSync<T extends TypedArray>(g: Group, h: Hie
   return out;
 }
 
-function* broadcastSteps(h: Hierarchy, data: TypedArray, root: number, options: RootOptions, d: Deadline): Generator<Step> {
+function* broadcastSteps(g: Group, h: Hierarchy, data: TypedArray, root: number, options: RootOptions, d: Deadline): Generator<Step> {
   const rootHost = h.hostOf[root];
   const rootLocal = h.localRankOf[root];
   const onRootHost = h.host === rootHost;
   // An array the host board holds: the host's step on the board (the leaders' step is the same).
   const board = h.local.size > 1 && boardFits(h.local.size, data.byteLength, options) ? h.local.transport.hostBoard : undefined;
   if (board) {
-    yield hostBoardBroadcast(h, board, data, rootHost, rootLocal, options, d);
+    yield hostBoardBroadcast(g, h, board, data, rootHost, rootLocal, options, d);
     return;
   }
   // 1. Inside the root's host, from the root (its leader gets it too).
@@ -232,13 +232,13 @@ function* broadcastSteps(h: Hierarchy, data: TypedArray, root: number, options: 
 
 export async function hierarchicalBroadcast<T extends TypedArray>(g: Group, h: Hierarchy, data: T, root: number, options: RootOptions): Promise<T> {
   const d = begin(g, options);
-  await runClaimedAsync(g, 'broadcast', options, broadcastSteps(h, data, root, options, d));
+  await runClaimedAsync(g, 'broadcast', options, broadcastSteps(g, h, data, root, options, d));
   return data;
 }
 
 export function hierarchicalBroadcastSync<T extends TypedArray>(g: Group, h: Hierarchy, data: T, root: number, options: RootOptions): T {
   const d = begin(g, options);
-  runClaimedSync(g, 'broadcast', options, broadcastSteps(h, data, root, options, d));
+  runClaimedSync(g, 'broadcast', options, broadcastSteps(g, h, data, root, options, d));
   return data;
 }
 
@@ -327,10 +327,10 @@ export function hierarchicalReduceScatterSync<T extends TypedArray>(g: Group, h:
  * hosts: among the leaders, then inside the host again, over messages (a later step may not
  * take the board).
  */
-function* barrierSteps(h: Hierarchy, options: CollectiveOptions, d: Deadline): Generator<Step> {
+function* barrierSteps(g: Group, h: Hierarchy, options: CollectiveOptions, d: Deadline): Generator<Step> {
   const board = h.local.size > 1 && !options.tag ? h.local.transport.hostBoard : undefined;
   if (board) {
-    yield hostBoardBarrier(h, board, options, d);
+    yield hostBoardBarrier(g, h, board, options, d);
     return;
   }
   if (h.local.size > 1) yield (s) => (s ? barrierSync : barrier)(h.local, stepOptions(options, d));
@@ -341,12 +341,12 @@ function* barrierSteps(h: Hierarchy, options: CollectiveOptions, d: Deadline): G
 
 export async function hierarchicalBarrier(g: Group, h: Hierarchy, options: CollectiveOptions): Promise<void> {
   const d = begin(g, options);
-  await runClaimedAsync(g, 'barrier', options, barrierSteps(h, options, d));
+  await runClaimedAsync(g, 'barrier', options, barrierSteps(g, h, options, d));
 }
 
 export function hierarchicalBarrierSync(g: Group, h: Hierarchy, options: CollectiveOptions): void {
   const d = begin(g, options);
-  runClaimedSync(g, 'barrier', options, barrierSteps(h, options, d));
+  runClaimedSync(g, 'barrier', options, barrierSteps(g, h, options, d));
 }
 
 /** allgather / reduceScatter: `whole` holds world-size blocks of `part`'s length, of its type. */

@@ -18,7 +18,7 @@ import { reduceMany } from '../reduce/index.js';
 import { copyInto } from '../host/copy.js';
 import { signature } from '../transport/signature.js';
 import { agreement, CHECK_CALLS } from './agreement.js';
-import { beginCall, CollectiveCall, driveAsync, driveSync, type CollectiveOptions, type Group } from './call.js';
+import { beginCall, CollectiveCall, driveAsync, driveSync, refused, type CollectiveOptions, type Group } from './call.js';
 import { bytesOf, dtypeName, reduction, type TypedArray } from './checks.js';
 import { allreduce, allreduceSync, type AllreduceOptions } from './allreduce.js';
 import { allgatherv, allgathervSync } from './allgather.js';
@@ -41,6 +41,19 @@ interface BoardCallOf {
 interface LeadersStep {
   sync(): unknown;
   async(): Promise<unknown>;
+}
+
+/**
+ * What a plan sets up from its arguments (the call, its reduction, scratch), made so that a
+ * refusal (a bad op or tag on one rank) aborts the job as a flat call's does, instead of
+ * leaving this host's other ranks waiting on the board until their timeout.
+ */
+function prepared<P>(g: Group, make: () => P): P {
+  try {
+    return make();
+  } catch (err) {
+    throw refused(g, err);
+  }
 }
 
 /**
@@ -82,10 +95,12 @@ function onHostBoard(sync: boolean, c: CollectiveCall, board: Board, before: Boa
  * rank crossing with its counterparts, 64 KiB 134-171 us against 260-333 us (docs/hosts.md,
  * 2026-12-06, morning).
  */
-export function hostBoardAllreduce<T extends TypedArray>(h: Hierarchy, board: Board, input: T, out: T, options: AllreduceOptions, d: Deadline): Step {
+export function hostBoardAllreduce<T extends TypedArray>(g: Group, h: Hierarchy, board: Board, input: T, out: T, options: AllreduceOptions, d: Deadline): Step {
   return (sync) => {
-    const red = reduction(`rank ${h.local.rank}: allreduce`, input, options.op, options.float);
-    const c = new CollectiveCall(h.local, 'allreduce', signature('allreduce', red.dtype, red.op), stepOptions(options, d), input.byteLength);
+    const { red, c } = prepared(g, () => {
+      const red = reduction(`rank ${h.local.rank}: allreduce`, input, options.op, options.float);
+      return { red, c: new CollectiveCall(h.local, 'allreduce', signature('allreduce', red.dtype, red.op), stepOptions(options, d), input.byteLength) };
+    });
     const outB = bytesOf(out);
     const leaders = h.leaders;
     // Member 0 of the host board is the leader (the host's lowest rank, local rank 0).
@@ -107,9 +122,9 @@ export function hostBoardAllreduce<T extends TypedArray>(h: Hierarchy, board: Bo
  * 16-31 us apart against 52-72 us when every local rank crossed with its counterparts
  * (docs/hosts.md, 2026-12-06, morning).
  */
-export function hostBoardBarrier(h: Hierarchy, board: Board, options: CollectiveOptions, d: Deadline): Step {
+export function hostBoardBarrier(g: Group, h: Hierarchy, board: Board, options: CollectiveOptions, d: Deadline): Step {
   return (sync) => {
-    const c = new CollectiveCall(h.local, 'barrier', signature('barrier'), stepOptions(options, d));
+    const c = prepared(g, () => new CollectiveCall(h.local, 'barrier', signature('barrier'), stepOptions(options, d)));
     const leaders = h.leaders;
     const across: LeadersStep | undefined = leaders && {
       sync: () => barrierSync(leaders, stepOptions(options, d)),
@@ -125,10 +140,10 @@ export function hostBoardBarrier(h: Hierarchy, board: Board, options: Collective
  * broadcast; elsewhere the leader publishes what it has after it. A leader that is the root
  * thus sends across at once, without waiting for its host's other ranks.
  */
-export function hostBoardBroadcast(h: Hierarchy, board: Board, data: TypedArray, rootHost: number, rootLocal: number, options: RootOptions, d: Deadline): Step {
+export function hostBoardBroadcast(g: Group, h: Hierarchy, board: Board, data: TypedArray, rootHost: number, rootLocal: number, options: RootOptions, d: Deadline): Step {
   return (sync) => {
     const source = h.host === rootHost ? rootLocal : 0;
-    const c = beginCall(h.local, 'broadcast', stepOptions(options, d), dtypeName(`rank ${h.local.rank}: broadcast`, data), undefined, source, data.byteLength);
+    const c = prepared(g, () => beginCall(h.local, 'broadcast', stepOptions(options, d), dtypeName(`rank ${h.local.rank}: broadcast`, data), undefined, source, data.byteLength));
     const bytes = bytesOf(data);
     const leaders = h.leaders;
     // Member i of the host board is local rank i.
@@ -153,7 +168,7 @@ export function hostBoardBroadcast(h: Hierarchy, board: Board, data: TypedArray,
  */
 export function hostBoardAllgather<T extends TypedArray>(g: Group, h: Hierarchy, board: Board, input: T, output: T, options: CollectiveOptions, d: Deadline): Step {
   return (sync) => {
-    const c = beginCall(h.local, 'allgather', stepOptions(options, d), dtypeName(`rank ${h.local.rank}: allgather`, input), undefined, 0, output.byteLength);
+    const c = prepared(g, () => beginCall(h.local, 'allgather', stepOptions(options, d), dtypeName(`rank ${h.local.rank}: allgather`, input), undefined, 0, output.byteLength));
     const inB = bytesOf(input);
     const outB = bytesOf(output);
     const leaders = h.leaders;
@@ -183,13 +198,22 @@ export function hostBoardAllgather<T extends TypedArray>(g: Group, h: Hierarchy,
  */
 export function hostBoardReduceScatter<T extends TypedArray>(g: Group, h: Hierarchy, board: Board, input: T, output: T, options: ReduceScatterOptions, d: Deadline): Step {
   return (sync) => {
-    const red = reduction(`rank ${h.local.rank}: reduceScatter`, input, options.op, options.float);
-    const c = beginCall(h.local, 'reduce_scatter', stepOptions(options, d), red.dtype, red.op, 0, input.byteLength);
+    const { red, c } = prepared(g, () => {
+      const red = reduction(`rank ${h.local.rank}: reduceScatter`, input, options.op, options.float);
+      return { red, c: beginCall(h.local, 'reduce_scatter', stepOptions(options, d), red.dtype, red.op, 0, input.byteLength) };
+    });
     const n = output.length;
     const outB = bytesOf(output);
     const leaders = h.leaders;
     const { view: sum, area } = scratchOf(g, input, input.length);
-    const { view: part, area: partArea } = scratchOf(g, input, h.local.size * n);
+    let partOf: { view: T; area: Uint8Array };
+    try {
+      partOf = scratchOf(g, input, h.local.size * n);
+    } catch (err) {
+      g.release(area);
+      throw err;
+    }
+    const { view: part, area: partArea } = partOf;
     const sumB = bytesOf(sum);
     const fold: BoardRead = (srcs) => {
       if (leaders) reduceMany(red.op, red.dtype, input.length, sumB, srcs);
@@ -219,9 +243,11 @@ export function hostBoardReduceScatter<T extends TypedArray>(g: Group, h: Hierar
  * call as in the message plan (the chunk is the shard), so hosts may differ in which plan
  * they take (a host whose ranks pass heap arrays falls back alone).
  */
-export function hostShared<T extends TypedArray>(h: Hierarchy, board: Board, input: T, out: T, options: AllreduceOptions, d: Deadline): SharedCall {
-  const red = reduction(`rank ${h.local.rank}: allreduce`, input, options.op, options.float);
-  const c = new CollectiveCall(h.local, 'allreduce', signature('allreduce', red.dtype, red.op), stepOptions(options, d), input.byteLength);
+export function hostShared<T extends TypedArray>(g: Group, h: Hierarchy, board: Board, input: T, out: T, options: AllreduceOptions, d: Deadline): SharedCall {
+  const { red, c } = prepared(g, () => {
+    const red = reduction(`rank ${h.local.rank}: allreduce`, input, options.op, options.float);
+    return { red, c: new CollectiveCall(h.local, 'allreduce', signature('allreduce', red.dtype, red.op), stepOptions(options, d), input.byteLength) };
+  });
   const peers = h.peers!;
   const across: AcrossHosts = {
     sync: (first, count) => void allreduceSync(peers, out.subarray(first, first + count), stepOptions(options, d)),

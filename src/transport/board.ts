@@ -134,7 +134,7 @@ export class Board {
    * passes nothing), and tells the peers it is done reading.
    */
   exchangeSync(bytes: Uint8Array, sig: number, call: BoardCall, fold?: BoardFold | BoardRead): void {
-    if (this.pending > 0) throw this.abort(new WeftError('EINVAL', `${call.what}: an async board call (allreduce or barrier) is still running on this context; await it before a blocking one`));
+    if (this.pending > 0) throw this.abort(new WeftError('EINVAL', `${call.what}: an async board call (a small collective, or a hierarchical one holding the host board) is still running on this context; await it before a blocking one`));
     const k = (this.seq = (this.seq + 1) | 0);
     this.waitSync(DONE, (k - 2) | 0, call);
     this.publish(k, bytes, sig);

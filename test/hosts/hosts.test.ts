@@ -151,7 +151,7 @@ if (why) {
     // queues a second call instead of refusing it; the hierarchical call holds the job's slot
     // of its collective, so the second is refused when it is made (it used to fail in its
     // fabric step, or not at all).
-    for (const which of ['allgather', 'reduceScatter', 'timeoutMs', 'concurrent', 'concurrent-barrier', 'concurrent-broadcast']) {
+    for (const which of ['allgather', 'reduceScatter', 'reduceScatter-op', 'tag', 'timeoutMs', 'concurrent', 'concurrent-barrier', 'concurrent-broadcast']) {
       const r = await runOnHosts(hosts, { perHost: [2, 2], script: HOSTS_RANK, args: ['badarg', which], store: redis, timeoutMs: 60_000 });
       const lines = r.out.match(/badarg rank \d: .*/g) ?? [];
       assert.is(lines.length, 4, `${which}: ${r.out.slice(-2000)}`);

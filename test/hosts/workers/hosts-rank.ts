@@ -127,6 +127,8 @@ if (mode === 'info' || mode === 'near') {
   try {
     if (which === 'allgather') await ctx.allgather(Float32Array.of(rank), new Float32Array(rank === 1 ? size + 1 : size), { timeoutMs: 20_000 });
     else if (which === 'reduceScatter') await ctx.reduceScatter(new Float32Array(rank === 1 ? size + 1 : size), new Float32Array(1), { timeoutMs: 20_000 });
+    else if (which === 'reduceScatter-op') await ctx.reduceScatter(new Float32Array(size), new Float32Array(1), { timeoutMs: 20_000, op: (rank === 1 ? 'nope' : 'sum') as 'sum' });
+    else if (which === 'tag') await ctx.allreduce(Float32Array.of(rank), { timeoutMs: 20_000, tag: rank === 1 ? Number.NaN : 0 });
     else if (which === 'concurrent') {
       // Two untagged allreduces at once (a misuse): the second is refused when it is made.
       const first = ctx.allreduce(Float32Array.of(rank), { timeoutMs: 20_000 });
