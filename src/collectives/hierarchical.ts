@@ -34,7 +34,7 @@
 import { Deadline } from '../util/deadline.js';
 import { collectiveSlot, type CollectiveName } from '../transport/signature.js';
 import { isTag, refused, type CollectiveOptions, type Group } from './call.js';
-import { checkArray, checkInOut, checkLength, type TypedArray } from './checks.js';
+import { checkArray, checkInOut, checkLength, evenCounts, type TypedArray } from './checks.js';
 import { sharedAllreduce, sharedAllreduceSync } from './allreduce-shared.js';
 import { allreduce, allreduceSync, boardFits, type AllreduceOptions } from './allreduce.js';
 import { allgather, allgatherSync, allgatherv, allgathervSync } from './allgather.js';
@@ -109,12 +109,6 @@ function begin(g: Group, options: CollectiveOptions, check?: () => void): Deadli
   }
 }
 
-function evenCounts(n: number, parts: number): number[] {
-  const q = Math.floor(n / parts);
-  const r = n % parts;
-  return Array.from({ length: parts }, (_, i) => q + (i < r ? 1 : 0));
-}
-
 /**
  * The steps of a hierarchical allreduce of `input` into `out` (the same array in place). Out of
  * place, the first step reads `input` and the later ones work on `out`: no step copies the
@@ -128,12 +122,13 @@ function* allreduceSteps<T extends TypedArray>(h: Hierarchy, input: T, out: T, o
     yield (s) => (s ? allreduceSync : allreduce)(h.leaders!, input, stepOptions(options, d, 0, out));
     return;
   }
-  // An array the host board holds takes the two steps below, the first on the board: 2 x 2
-  // emulated hosts, 64 KiB, barrier then one timed call, max over ranks, 324 / 324 us against
-  // 418 / 462 us for several leaders (whose two steps inside the host are messages); from
-  // 128 KiB on, several leaders win (494 / 517 against 687 / 735 us). Decided from the call
-  // alone (size, tag, ranks per host), never from whether this host has a board: every rank
-  // of the job must pick the same plan, or their steps across hosts would not match.
+  // Several leaders from 128 KiB (and tagged from 64 KiB); an array the host board holds takes
+  // the host-board plan below (at 64 KiB: 180 / 181 / 178 us against 228 / 280 / 234 us for
+  // several leaders with their steps in place, docs/hosts.md, 2026-12-06, morning). Decided
+  // from the call alone (size, tag, ranks per host), never from whether this host has a board:
+  // every rank of the job must pick the same plan, or their steps across hosts would not match.
+  // The split of the array (evenCounts) is the same in place and through the rings, so the
+  // steps across hosts match between a host that reads in place and one that falls back.
   if (h.peers && input.byteLength >= MULTI_LEADER_MIN_BYTES && input.length >= L && !boardFits(L, input.byteLength, options)) {
     // Arrays from ctx.alloc on every rank of the host: the steps inside the host read the
     // peers' arrays in place (see hostShared); otherwise, or tagged, messages.
@@ -179,11 +174,11 @@ function* allreduceSteps<T extends TypedArray>(h: Hierarchy, input: T, out: T, o
 }
 
 /**
- * Claims the job's slot of `collective` for the call's tag until the call ends. A small
- * allreduce's first step, and a barrier's, runs on the host board, which queues a second call
- * made beside it instead of refusing it; without this claim that second call failed in its
- * fabric step or went through, depending on timing. Now it is refused when it is made, on
- * every rank, as a flat call is. Undefined for a bad tag (the first step refuses it, naming it).
+ * Claims the job's slot of `collective` for the call's tag until the call ends. The host-board
+ * plans (host-board.ts) queue a second call made beside them on the board instead of refusing
+ * it; without this claim that second call failed in its fabric step or went through,
+ * depending on timing. Now it is refused when it is made, on every rank, as a flat call is.
+ * Undefined for a bad tag (the first step refuses it, naming it).
  */
 function claimCall(g: Group, collective: CollectiveName, options: CollectiveOptions): number | undefined {
   const tag = options.tag ?? 0;

@@ -205,15 +205,10 @@ export function hostBoardReduceScatter<T extends TypedArray>(g: Group, h: Hierar
     const n = output.length;
     const outB = bytesOf(output);
     const leaders = h.leaders;
-    const { view: sum, area } = scratchOf(g, input, input.length);
-    let partOf: { view: T; area: Uint8Array };
-    try {
-      partOf = scratchOf(g, input, h.local.size * n);
-    } catch (err) {
-      g.release(area);
-      throw err;
-    }
-    const { view: part, area: partArea } = partOf;
+    // One scratch area: the host's sum (at the leader), then the host's block.
+    const { view: scratch, area } = scratchOf(g, input, input.length + h.local.size * n);
+    const sum = scratch.subarray(0, input.length) as T;
+    const part = scratch.subarray(input.length) as T;
     const sumB = bytesOf(sum);
     const fold: BoardRead = (srcs) => {
       if (leaders) reduceMany(red.op, red.dtype, input.length, sumB, srcs);
@@ -225,11 +220,7 @@ export function hostBoardReduceScatter<T extends TypedArray>(g: Group, h: Hierar
       sync: () => reduceScatterSync(leaders, sum, part, stepOptions(options, d, 0, undefined, counts)),
       async: () => reduceScatter(leaders, sum, part, stepOptions(options, d, 0, undefined, counts)),
     };
-    const release = () => {
-      g.release(partArea);
-      g.release(area);
-    };
-    return onHostBoard(sync, c, board, { bytes: bytesOf(input), read: fold }, across, { bytes: bytesOf(part), read: take }, release);
+    return onHostBoard(sync, c, board, { bytes: bytesOf(input), read: fold }, across, { bytes: bytesOf(part), read: take }, () => g.release(area));
   };
 }
 

@@ -33,9 +33,8 @@ interface Owned {
  * toward a rank of this host imports (the whole one, with the fabric part, does not fit a record).
  */
 function hostDescriptor(mr: MemoryRegion, provider: string): Uint8Array | undefined {
-  if (provider === 'shm') return mr.descriptor();
-  if (provider === 'mixed' && mr instanceof MixedMemoryRegion) return mr.shm?.descriptor();
-  return undefined;
+  if (mr instanceof MixedMemoryRegion) return mr.shm?.descriptor();
+  return provider === 'shm' ? mr.descriptor() : undefined;
 }
 
 interface Imported {

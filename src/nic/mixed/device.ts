@@ -89,7 +89,7 @@ export function descriptorPart(desc: Uint8Array, kind: 'shm' | 'ofi', where: str
   const bad = (why: string) => new WeftError('EPROTO', `${where}: malformed region descriptor (${why})`);
   if (!(desc instanceof Uint8Array) || desc.byteLength < 12) throw bad('too short');
   const v = new DataView(desc.buffer, desc.byteOffset, desc.byteLength);
-  if (v.getUint32(0, true) !== DESC_MAGIC) throw bad('not from a device that mixes providers');
+  if (!isMixedDescriptor(desc)) throw bad('not from a device that mixes providers');
   const a = v.getUint32(4, true);
   if (8 + a + 4 > desc.byteLength) throw bad('shm part past the end');
   const b = v.getUint32(8 + a, true);
@@ -238,9 +238,8 @@ class MixedQueuePair implements QueuePair {
    * checks as it checks any.
    */
   importRegion(descriptor: Uint8Array): RemoteRegion {
-    const kind = this.kind === 'ofi' ? 'ofi' : 'shm';
     if (!isMixedDescriptor(descriptor)) return this.chosen.importRegion(descriptor);
-    return this.chosen.importRegion(descriptorPart(descriptor, kind, `${this.owner.label}: importRegion from ${this.peerLabel}`));
+    return this.chosen.importRegion(descriptorPart(descriptor, this.kind === 'ofi' ? 'ofi' : 'shm', `${this.owner.label}: importRegion from ${this.peerLabel}`));
   }
   postWriteImm(local: MemoryRegion, lOff: number, remote: RemoteRegion, rOff: number, len: number, imm: number, wrId: number, signaled: boolean): void {
     this.chosen.postWriteImm(this.part(local), lOff, remote, rOff, len, imm, wrId, signaled);
