@@ -15,7 +15,7 @@ import type { CompletionRouter, CompletionSink } from '../nic/completion-router.
 import { BOARD_BYTES, ringGeometry, type RingGeometry } from './layout.js';
 import { Board } from './board.js';
 import { CountOp, RecvOp, type TransportOp } from './ops.js';
-import { Pair, type PairHost } from './pair.js';
+import { Pair, ZERO_COPY_WR, type PairHost } from './pair.js';
 import { SharedArrays } from './shared-arrays.js';
 import { BytePool } from './byte-pool.js';
 import { labelText, type CollectiveTransport, type WaitLabel } from './group-view.js';
@@ -235,6 +235,8 @@ export class Device implements PairHost, CompletionSink, CollectiveTransport {
       this.failedStatus.push(b.status[i]);
     } else if (b.opcode[i] === Opcode.RECV_WRITE_IMM) {
       pair.onImm(b.imm[i]);
+    } else if (b.opcode[i] === Opcode.WRITE_IMM && b.wrId[i] === ZERO_COPY_WR) {
+      pair.onZeroCopyWritten();
     }
   }
 

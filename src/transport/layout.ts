@@ -40,20 +40,16 @@ export const H = {
 } as const;
 
 /**
- * 'WTM2' little-endian. The number changes with the header's meaning, so a rank of another
- * weft version fails at its first chunk with EPROTO instead of misreading it ('WTM1' had no
+ * 'WTM3' little-endian. The number changes with the header's meaning, so a rank of another
+ * weft version fails at its first chunk with EPROTO instead of misreading it. 'WTM1' had no
  * credit in word 11: such a peer never returned credits its chunks now carry, and both sides
- * waited out their timeouts).
+ * waited out their timeouts. 'WTM2' had flag 2 (return credits at once), which a zero-copy
+ * send waited for; a WTM3 receiver never sends it early, so that sender would wait too.
  */
-export const CHUNK_MAGIC = 0x324d5457;
+export const CHUNK_MAGIC = 0x334d5457;
 
-/** Header flag: the message is for a bound buffer (lands at ROFFSET). */
+/** Header flag: the message is for a bound buffer (lands at ROFFSET). Flag 2 is retired (WTM2). */
 export const FLAG_BOUND = 1;
-/**
- * Header flag: return credits as soon as this chunk is consumed. The sender wrote the payload
- * from the caller's registered memory and its send completes only on that credit.
- */
-export const FLAG_ACK = 2;
 /** Header flag: ACK holds the sender's consumed count (frees ring slots at the receiver). */
 export const FLAG_CREDIT = 4;
 

@@ -37,20 +37,17 @@ export class SendOp extends TransportOp {
   /** Payload bytes already written into the peer's ring. */
   pos = 0;
   /**
-   * The caller lets the pair write `src` in place (collectives: the peer is in the same call,
-   * so waiting for it to consume the data costs nothing). Point-to-point sends stay buffered:
-   * they complete without waiting for the receiver.
+   * The caller lets the pair write `src` in place (collectives). Point-to-point sends stay
+   * buffered: they complete as soon as the bytes are copied, before the fabric has taken them.
    */
   allowZeroCopy = false;
   /**
    * Set when `src` lies in registered memory and the pair writes it from there (no staging
-   * copy): the op is then done only once the peer has consumed its last chunk.
+   * copy): the op is then done once the last chunk's write completes locally.
    */
   zcRegion: MemoryRegion | undefined = undefined;
   /** Where `src` starts in `zcRegion`. */
   zcOffset = 0;
-  /** Ring sequence number of the last chunk written (zero-copy sends wait for its credit). */
-  lastSeq = -1;
   /** The collective call this message belongs to (layout H.CALL; 0: point to point). */
   call = 0;
   constructor(

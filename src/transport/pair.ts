@@ -46,14 +46,18 @@ export interface PairHost {
 
 /**
  * Staged rings (ofi) write sends of at least this many bytes straight from registered memory:
- * the payload by a plain WRITE, then the header by the WRITE_IMM. Smaller ones are copied: the
- * extra credit round trip a zero-copy send waits for would cost more than the copy. Measured
+ * the payload by a plain WRITE, then the header by the WRITE_IMM, whose local completion ends
+ * the send. Smaller ones are copied. Until 2026-12-06 a zero-copy send waited for the peer's
+ * credit for its last chunk, which these measurements include. Measured
  * across 2 emulated hosts (a core each), allreduce of one array between two ranks, zero-copy
  * against copied: with 2 such pairs at once, 64 KiB 322-415 vs 183-240 us, 128 KiB 573-735 vs
  * 241-430, 256 KiB 700-850 vs 600-680, 512 KiB 964-981 vs 1298-1513; with one pair, 128 KiB
  * 184-192 vs 124-140, 256 KiB 208-249 vs 165-190. (The threshold was 64 KiB before.)
  */
 const ZERO_COPY_MIN_BYTES = 512 * 1024;
+
+/** Work-request id of the one write per zero-copy send that asks for a local completion. */
+export const ZERO_COPY_WR = 1;
 
 /** A message that arrived before its receive was posted. */
 interface Unexpected {
@@ -98,8 +102,11 @@ export class Pair {
   // Send side.
   private readonly sq: SendOp[] = [];
   private sqHead = 0;
-  /** Zero-copy sends fully written, waiting for the credit of their last chunk. */
-  private readonly unacked: SendOp[] = [];
+  /**
+   * Zero-copy sends fully posted, in post order, waiting for the local completion of their
+   * last chunk's WRITE_IMM (the one write of this pair's QP that asks for a completion).
+   */
+  private readonly unwritten: SendOp[] = [];
   private sent = 0;
   private acked = 0;
   // Receive side.
@@ -146,7 +153,7 @@ export class Pair {
   }
 
   get idle(): boolean {
-    return this.sqHead === this.sq.length && this.unacked.length === 0;
+    return this.sqHead === this.sq.length && this.unwritten.length === 0;
   }
 
   // ---------------------------------------------------------------- sending
@@ -177,7 +184,7 @@ export class Pair {
       this.writeChunk(op, len);
       op.pos += len;
       if (op.pos >= op.src.byteLength) {
-        if (op.zcRegion) this.unacked.push(op);
+        if (op.zcRegion) this.unwritten.push(op);
         else op.done = true;
         this.sqHead++;
       }
@@ -214,8 +221,7 @@ export class Pair {
     // KIND_CREDIT of their own (a request-reply exchange then sends no credits at all).
     words[w + L.H.ACK] = this.consumed | 0;
     this.returned = this.consumed;
-    words[w + L.H.FLAGS] = (op.zcRegion && last ? op.flags | L.FLAG_ACK : op.flags) | L.FLAG_CREDIT;
-    op.lastSeq = seq;
+    words[w + L.H.FLAGS] = op.flags | L.FLAG_CREDIT;
     if (this.direct) {
       copyInto(this.direct, off + L.HEADER_BYTES, op.src, op.pos, len);
       this.qp.postWriteImm(this.host.staging, 0, this.remote, this.remoteBase + off, 0, L.KIND_DATA << L.KIND_SHIFT, 0, false);
@@ -223,7 +229,9 @@ export class Pair {
       // Payload first, then the header with the doorbell: the NIC layer keeps writes in order.
       const s = this.stagingBase + off;
       this.qp.postWrite(op.zcRegion, op.zcOffset + op.pos, this.remote, this.remoteBase + off + L.HEADER_BYTES, len, 0, false);
-      this.qp.postWriteImm(this.host.staging, s, this.remote, this.remoteBase + off, L.HEADER_BYTES, L.KIND_DATA << L.KIND_SHIFT, 0, false);
+      // The last chunk's header asks for a local completion: the QP reports completions in post
+      // order, so once it is in, every write of the message has left the caller's memory.
+      this.qp.postWriteImm(this.host.staging, s, this.remote, this.remoteBase + off, L.HEADER_BYTES, L.KIND_DATA << L.KIND_SHIFT, last ? ZERO_COPY_WR : 0, last);
     } else {
       const s = this.stagingBase + off;
       copyInto(this.host.staging.bytes, s + L.HEADER_BYTES, op.src, op.pos, len);
@@ -380,7 +388,7 @@ export class Pair {
       this.current = undefined;
     }
     this.consumed++;
-    if (this.consumed - this.returned >= g.slots >> 1 || g.slots === 1 || (flags & L.FLAG_ACK) !== 0) this.returnCredits();
+    if (this.consumed - this.returned >= g.slots >> 1 || g.slots === 1) this.returnCredits();
   }
 
   /**
@@ -393,15 +401,17 @@ export class Pair {
     if (d === 0) return;
     if (d > this.sent - this.acked) return this.protocolError(`rank ${this.peer} returned credit for ${d} chunks, but only ${this.sent - this.acked} are in its ring`);
     this.acked += d;
-    if (this.unacked.length > 0) this.settleUnacked();
     this.pump();
   }
 
-  /** Zero-copy sends whose last chunk the peer has consumed are done (their memory is free again). */
-  private settleUnacked(): void {
-    let k = 0;
-    while (k < this.unacked.length && this.unacked[k].lastSeq < this.acked) this.unacked[k++].done = true;
-    if (k > 0) this.unacked.splice(0, k);
+  /**
+   * The oldest zero-copy send's last write completed locally: its memory is the caller's
+   * again (the fabric has taken the bytes; the peer's ring slots are still freed by credits).
+   */
+  onZeroCopyWritten(): void {
+    const op = this.unwritten.shift();
+    if (op === undefined) return this.protocolError(`a zero-copy write toward rank ${this.peer} completed, but none was posted`);
+    op.done = true;
   }
 
   private returnCredits(): void {
@@ -502,8 +512,8 @@ export class Pair {
   fail(err: WeftError): void {
     if (!this.error) this.error = err;
     for (let i = this.sqHead; i < this.sq.length; i++) this.sq[i].fail(err);
-    for (const op of this.unacked) op.fail(err);
-    this.unacked.length = 0;
+    for (const op of this.unwritten) op.fail(err);
+    this.unwritten.length = 0;
     this.sq.length = 0;
     this.sqHead = 0;
     for (const q of this.posted.values()) for (const op of q) if (!op.matched || op.persistent) op.fail(err);

@@ -45,8 +45,8 @@ for (const provider of ['shm', ...(native.ofi.available ? ['ofi'] : [])]) {
 
   const FORGED: [string, RegExp][] = [
     ['magic', /malformed message from rank 0: chunk \d+ has a bad header \(magic deadbeef/],
-    ['old-magic', /malformed message from rank 0: chunk \d+ has a bad header \(magic 314d5457, seq \d+\)/],
-    ['seq', /malformed message from rank 0: chunk \d+ has a bad header \(magic 324d5457, seq \d+\)/],
+    ['old-magic', /malformed message from rank 0: chunk \d+ has a bad header \(magic 324d5457, seq \d+\)/],
+    ['seq', /malformed message from rank 0: chunk \d+ has a bad header \(magic 334d5457, seq \d+\)/],
     ['length', /malformed message from rank 0: chunk \d+ claims 2147483647 bytes at 0 of a 32-byte message/],
   ];
   for (const [forge, why] of FORGED) {

@@ -436,7 +436,8 @@ async function hostshared(c: ProcessGroup): Promise<void> {
 /**
  * Collectives over ctx.alloc arrays on any provider. On ofi, sends of at least 512 KiB from such
  * arrays (broadcast, allgather, reduceScatter; allreduce stages its own) are written from them
- * in place (no staging copy) and finish on the peer's credit.
+ * in place (no staging copy) and finish once their last write completed locally (the fabric
+ * has taken the bytes), whether or not the peer has read them yet.
  */
 async function registered(c: ProcessGroup): Promise<void> {
   for (const C of [Float32Array, Int32Array, Float64Array, BigInt64Array, Uint8Array] as Ctor[]) {
@@ -461,6 +462,30 @@ async function registered(c: ProcessGroup): Promise<void> {
       const rs = c.alloc(C as never, n) as TypedArray;
       await c.reduceScatter(allocOf(c, C, gen(C, rank, n * size)), rs);
       same(`registered reduceScatter ${C.name} n=${n}`, rs, reference(C, n * size, 'sum').subarray(rank * n, rank * n + n) as TypedArray);
+    }
+  }
+  // A zero-copy broadcast's root may overwrite its array as soon as the call returns: the
+  // message (8 MiB: twice the ofi ring, so its second half waits for the receiver's credits)
+  // has left the array by then. The next rank is late to every round, so a send that finished
+  // before its last chunk was written would carry the next round's bytes. (Over tcp the kernel
+  // copies at the post, so a send finished between its last post and that write's completion
+  // passes here; over verbs or efa the bytes are read later and it would not.)
+  {
+    const big = 2 * 1024 * 1024;
+    const bc = c.alloc(Float32Array, big);
+    const root = 0;
+    for (let round = 0; round < 4; round++) {
+      if (rank === root) bc.fill(round + 1);
+      if (rank === (root + 1) % size) await new Promise((r) => setTimeout(r, 50));
+      await c.broadcast(bc, { root });
+      if (rank === root) bc.fill(-1);
+      else {
+        let bad = -1;
+        for (let i = 0; i < big; i++) if (bc[i] !== round + 1) { bad = i; break; }
+        if (bad >= 0) throw new Error(`zero-copy broadcast round ${round}: element ${bad} is ${bc[bad]}, expected ${round + 1} (the root's send finished before its bytes left the array)`);
+        checks++;
+      }
+      c.barrierSync();
     }
   }
   // Point to point stays buffered: a send of a registered array completes while its receiver

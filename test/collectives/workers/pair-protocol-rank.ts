@@ -73,7 +73,7 @@ if (rank === 0) {
   const w = (i: number) => i * 4;
   if (forge === 'credit') pair.consumed += 1000; // a credit for 1,000 chunks rank 1 never sent
   else if (forge === 'magic') tamper = (h) => h.setUint32(w(H.MAGIC), 0xdeadbeef, true);
-  else if (forge === 'old-magic') tamper = (h) => h.setUint32(w(H.MAGIC), 0x314d5457, true); // 'WTM1': chunks without a credit word
+  else if (forge === 'old-magic') tamper = (h) => h.setUint32(w(H.MAGIC), 0x324d5457, true); // 'WTM2': the version before, whose zero-copy sends waited for an early credit
   else if (forge === 'seq') tamper = (h) => h.setUint32(w(H.SEQ), h.getUint32(w(H.SEQ), true) + 5, true);
   else if (forge === 'length') tamper = (h) => h.setUint32(w(H.LENGTH), 0x7fffffff, true);
 }
