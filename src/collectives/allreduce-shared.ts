@@ -15,9 +15,13 @@
  * writes 2x. Each chunk is computed by one rank, so every rank gets bit-identical results.
  *
  * On a job that spans hosts the same runs among the ranks of one host, on the host board, with
- * one more step between 2 and 3 (`across`): rank r allreduces its reduced chunk r with the same
- * local rank of every other host (hierarchical.ts). The Promise form holds the board from step
- * 1 to step 4 (Board.holdAsync), so no board call made meanwhile pairs with one of its steps.
+ * one more step between 2 and 3 (`across`, hierarchical.ts), in one of two shapes:
+ * - 'chunks': rank r allreduces its reduced chunk r with the same local rank of every other
+ *   host (the host's ranks cross at once, on cores of their own);
+ * - 'leader': rank 0's chunk is the whole array, which it allreduces with the other hosts'
+ *   leaders; the host's other ranks reduce nothing and copy rank 0's result in step 3.
+ * The Promise form holds the board from step 1 to step 4 (Board.holdAsync), so no board call
+ * made meanwhile pairs with one of its steps.
  */
 import { WeftError } from '../errors.js';
 import { reduceMany } from '../reduce/index.js';
@@ -52,6 +56,8 @@ export interface SharedCall {
 
 /** The step across hosts of a hierarchical shared allreduce, in both forms. */
 export interface AcrossHosts {
+  /** Who crosses: every rank with its chunk, or rank 0 with the whole array (file comment). */
+  readonly by: 'chunks' | 'leader';
   sync(first: number, count: number): void;
   async(first: number, count: number): Promise<void>;
 }
@@ -101,6 +107,14 @@ function reader(call: SharedCall, x: Exchange): (srcs: readonly Uint8Array[]) =>
   };
 }
 
+/** Where each rank's chunk starts (element offsets, one more than ranks). */
+function chunkOffsets(call: SharedCall): number[] {
+  if (call.across?.by !== 'leader') return offsets(evenCounts(call.count, call.c.size));
+  const off = new Array<number>(call.c.size + 1).fill(call.count);
+  off[0] = 0;
+  return off;
+}
+
 /** Step 2 and the copy of step 3 (the board calls are the caller's: sync or async). */
 function reduceMine(call: SharedCall, x: Exchange, off: number[]): void {
   const { c, inB, outB, red } = call;
@@ -129,7 +143,7 @@ export function sharedAllreduceSync(call: SharedCall): boolean {
   const x: Exchange = { ins: new Array(c.size), outs: new Array(c.size), unshared: -1 };
   board.exchangeSync(record(call), c.sig, c, reader(call, x));
   if (x.unshared >= 0) return false;
-  const off = offsets(evenCounts(call.count, c.size));
+  const off = chunkOffsets(call);
   reduceMine(call, x, off);
   if (call.across && off[c.rank + 1] > off[c.rank]) call.across.sync(off[c.rank], off[c.rank + 1] - off[c.rank]);
   board.exchangeSync(EMPTY, c.sig, c);
@@ -145,7 +159,7 @@ export function sharedAllreduce(call: SharedCall): Promise<boolean> {
     const x: Exchange = { ins: new Array(c.size), outs: new Array(c.size), unshared: -1 };
     await held(record(call), c.sig, c, reader(call, x));
     if (x.unshared >= 0) return false;
-    const off = offsets(evenCounts(call.count, c.size));
+    const off = chunkOffsets(call);
     reduceMine(call, x, off);
     if (call.across && off[c.rank + 1] > off[c.rank]) await call.across.async(off[c.rank], off[c.rank + 1] - off[c.rank]);
     await held(EMPTY, c.sig, c);

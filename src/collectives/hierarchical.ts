@@ -69,6 +69,8 @@ export interface Hierarchy {
   readonly hostSizes: readonly number[];
   /** Every host holds one block of consecutive ranks, hosts in order. */
   readonly contiguous: boolean;
+  /** Some host runs more ranks than it has cores (the same on every rank: from the host map). */
+  readonly oversubscribed: boolean;
 }
 
 
@@ -122,25 +124,32 @@ function* allreduceSteps<T extends TypedArray>(h: Hierarchy, input: T, out: T, o
     yield (s) => (s ? allreduceSync : allreduce)(h.leaders!, input, stepOptions(options, d, 0, out));
     return;
   }
-  // Several leaders from 128 KiB (and tagged from 64 KiB); an array the host board holds takes
+  // Large arrays from 128 KiB (and tagged from 64 KiB); an array the host board holds takes
   // the host-board plan below (at 64 KiB: 180 / 181 / 178 us against 228 / 280 / 234 us for
   // several leaders with their steps in place, docs/hosts.md, 2026-12-06, morning). Decided
-  // from the call alone (size, tag, ranks per host), never from whether this host has a board:
-  // every rank of the job must pick the same plan, or their steps across hosts would not match.
-  // The split of the array (evenCounts) is the same in place and through the rings, so the
-  // steps across hosts match between a host that reads in place and one that falls back.
-  if (h.peers && input.byteLength >= MULTI_LEADER_MIN_BYTES && input.length >= L && !boardFits(L, input.byteLength, options)) {
-    // Arrays from ctx.alloc on every rank of the host: the steps inside the host read the
-    // peers' arrays in place (see hostShared); otherwise, or tagged, messages.
-    const board = options.tag ? undefined : h.local.transport.hostBoard;
-    if (board) {
-      let done = false;
-      const call = hostShared(g, h, board, input, out, options, d);
-      yield (s) => (s ? (done = sharedAllreduceSync(call)) : sharedAllreduce(call).then((ok) => void (done = ok)));
-      // Its board calls are over either way; heap arrays somewhere on this host: the rings below.
-      call.c.device.markFinished(call.c.slot, call.c.call);
-      if (done) return;
-    }
+  // from the call and the host map alone (size, tag, ranks and cores per host), never from
+  // whether this host has a board: every rank of the job must pick the same plan, or their
+  // steps across hosts would not match. The split of the array (evenCounts) is the same in
+  // place and through the rings, so the steps across hosts match between a host that reads in
+  // place and one that falls back.
+  const large = input.byteLength >= MULTI_LEADER_MIN_BYTES && input.length >= L && !boardFits(L, input.byteLength, options);
+  // Several leaders when every host has a core per rank. A host with fewer runs its ranks'
+  // steps across hosts on the same cores, where one rank crossing with the whole array was
+  // faster (2 hosts x 2 ranks, a core each, in place, ABBA blocks in one job: 1 MiB 0.78-1.07
+  // against 1.07-1.27 ms, 4 MiB 3.59-3.88 against 4.11-4.42 ms; docs/hosts.md).
+  const by = h.peers && !h.oversubscribed ? 'chunks' : 'leader';
+  // Arrays from ctx.alloc on every rank of the host: the steps inside the host read the
+  // peers' arrays in place (see hostShared); otherwise, or tagged, messages.
+  const board = large && !options.tag ? h.local.transport.hostBoard : undefined;
+  if (board) {
+    let done = false;
+    const call = hostShared(g, h, board, input, out, options, d, by);
+    yield (s) => (s ? (done = sharedAllreduceSync(call)) : sharedAllreduce(call).then((ok) => void (done = ok)));
+    // Its board calls are over either way; heap arrays somewhere on this host: the rings below.
+    call.c.device.markFinished(call.c.slot, call.c.call);
+    if (done) return;
+  }
+  if (large && by === 'chunks') {
     const counts = evenCounts(input.length, L);
     const { view: shard, area } = scratchOf(g, input, counts[h.local.rank]);
     try {
@@ -161,8 +170,9 @@ function* allreduceSteps<T extends TypedArray>(h: Hierarchy, input: T, out: T, o
       yield hostBoardAllreduce(g, h, board, input, out, options, d);
       return;
     }
-  } else if (h.peers) {
-    // Tagged (no board): allreduce inside the host, then among the same local rank of every host.
+  } else if (h.peers && !large) {
+    // Tagged and small (no board): allreduce inside the host, then among the same local rank of
+    // every host. Large arrays with one leader crossing take the three steps below.
     yield (s) => (s ? allreduceSync : allreduce)(h.local, input, stepOptions(options, d, 0, out));
     yield (s) => (s ? allreduceSync : allreduce)(h.peers!, out, stepOptions(options, d));
     return;

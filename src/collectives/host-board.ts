@@ -225,22 +225,29 @@ export function hostBoardReduceScatter<T extends TypedArray>(g: Group, h: Hierar
 }
 
 /**
- * The several-leaders allreduce with its steps inside the host on shared memory: the shared
- * allreduce among the host's ranks on the host board (allreduce-shared.ts), each rank reducing
- * its chunk of everyone's input in place, allreducing that chunk with the same local rank of
- * every other host, then copying the others' chunks. Per rank of 2 x 2 hosts at 1 MiB this
- * reads 0.75 MiB and writes 0.5 MiB in place where the message steps (reduce-scatter and
- * allgather through the rings) copy each byte in and out. The step across hosts is the same
- * call as in the message plan (the chunk is the shard), so hosts may differ in which plan
- * they take (a host whose ranks pass heap arrays falls back alone).
+ * A large allreduce with its steps inside the host on shared memory: the shared allreduce
+ * among the host's ranks on the host board (allreduce-shared.ts), read in place.
+ * - by 'chunks' (several leaders): each rank reduces its chunk of everyone's input,
+ *   allreduces that chunk with the same local rank of every other host, then copies the
+ *   others' chunks. Per rank of 2 x 2 hosts at 1 MiB this reads 0.75 MiB and writes 0.5 MiB
+ *   where the message steps (reduce-scatter and allgather through the rings) copy each byte
+ *   in and out.
+ * - by 'leader': local rank 0 reduces the whole array, allreduces it among the leaders, and
+ *   the others copy its result (in place of reduce, leaders' allreduce, broadcast).
+ * The step across hosts is the same call as in the message plan (the chunk is the shard, or
+ * the whole array), so hosts may differ in which plan they take (a host whose ranks pass heap
+ * arrays falls back alone).
  */
-export function hostShared<T extends TypedArray>(g: Group, h: Hierarchy, board: Board, input: T, out: T, options: AllreduceOptions, d: Deadline): SharedCall {
+export function hostShared<T extends TypedArray>(g: Group, h: Hierarchy, board: Board, input: T, out: T, options: AllreduceOptions, d: Deadline, by: AcrossHosts['by']): SharedCall {
   const { red, c } = prepared(g, () => {
     const red = reduction(`rank ${h.local.rank}: allreduce`, input, options.op, options.float);
     return { red, c: new CollectiveCall(h.local, 'allreduce', signature('allreduce', red.dtype, red.op), stepOptions(options, d), input.byteLength) };
   });
-  const peers = h.peers!;
+  // The leader crosses among the leaders, as the fallback through the rings does (its steps
+  // across must meet theirs); only rank 0 of the host crosses then, and it is a leader.
+  const peers = by === 'leader' ? h.leaders! : h.peers!;
   const across: AcrossHosts = {
+    by,
     sync: (first, count) => void allreduceSync(peers, out.subarray(first, first + count), stepOptions(options, d)),
     async: async (first, count) => void (await allreduce(peers, out.subarray(first, first + count), stepOptions(options, d))),
   };

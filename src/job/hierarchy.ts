@@ -32,5 +32,6 @@ export function hierarchyOf(job: Group, hosts: HostMap): Hierarchy {
   const peers = uniform ? new Subgroup(job, new GroupView(device, byHost.map((ranks) => ranks[lr]), PEERS_GROUP_ID), host, 'the same local rank on every host') : undefined;
   let contiguous = true;
   for (let r = 1; r < job.size; r++) if (hosts.hostIndex[r] < hosts.hostIndex[r - 1]) contiguous = false;
-  return { local, leaders, peers, hostOf: hosts.hostIndex, localRankOf: hosts.localRank, host, hostSizes, contiguous };
+  const oversubscribed = hosts.oversubscribed.some((o) => o);
+  return { local, leaders, peers, hostOf: hosts.hostIndex, localRankOf: hosts.localRank, host, hostSizes, contiguous, oversubscribed };
 }

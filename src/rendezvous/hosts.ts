@@ -4,16 +4,19 @@
  * whether it spans hosts (and so needs the fabric for some pairs), each rank's place on its
  * host (local rank and size), and what to call each host in errors.
  *
- * Record (UTF-8 text, one field per line): 'WHS1', the 32-hex-digit host id (host/identity.ts:
+ * Record (UTF-8 text, one field per line): 'WHS2', the 32-hex-digit host id (host/identity.ts:
  * same kernel boot and same /dev/shm), the host name, the address this rank's fabric endpoint
- * binds (empty when it has none).
+ * binds (empty when it has none), the cores the job may use on that host (host/placement.ts:
+ * WEFT_CORES, else the rank's affinity before pinning). 'WHS1' had no cores.
  */
 import { WeftError } from '../errors.js';
 import type { WaitOptions } from '../util/deadline.js';
 import { checkWorldSize, multiGetOrFailure } from './full-mesh.js';
 import type { Store } from './store.js';
 
-const MAGIC = 'WHS1';
+const MAGIC = 'WHS2';
+/** A host record claiming more cores than this is malformed. */
+const MAX_CORES = 1 << 20;
 const MAX_RECORD = 1024;
 
 /** One rank's host as it published it. */
@@ -22,6 +25,8 @@ export interface RankHost {
   hostName: string;
   /** The address its fabric endpoint binds ('' when it uses none). */
   address: string;
+  /** The cores the job may use on that host, as this rank sees them (hostCores()). */
+  cores: number;
 }
 
 /** Every rank's host and what follows from it. */
@@ -34,6 +39,12 @@ export class HostMap {
   readonly hostIds: string[];
   /** `hostIndex[r]`: index of rank r's host in `hostIds`. */
   readonly hostIndex: number[];
+  /**
+   * `oversubscribed[h]`: host h runs more ranks than it has cores (the fewest any of its ranks
+   * published). Every rank computes the same from the same records, so plans that depend on it
+   * agree without a message.
+   */
+  readonly oversubscribed: boolean[];
 
   constructor(readonly ranks: RankHost[]) {
     const seen = new Map<string, number[]>();
@@ -53,6 +64,10 @@ export class HostMap {
       list.push(r);
     }
     this.localSize = ranks.map((h) => seen.get(h.hostId)!.length);
+    this.oversubscribed = this.hostIds.map((id) => {
+      const here = seen.get(id)!;
+      return here.length > Math.min(...here.map((r) => ranks[r].cores));
+    });
   }
 
   /** True when the ranks run on more than one host. */
@@ -80,7 +95,7 @@ export class HostMap {
 }
 
 export function encodeRankHost(h: RankHost): Uint8Array {
-  return new TextEncoder().encode(`${MAGIC}\n${h.hostId}\n${h.hostName}\n${h.address}`);
+  return new TextEncoder().encode(`${MAGIC}\n${h.hostId}\n${h.hostName}\n${h.address}\n${h.cores}`);
 }
 
 /** Decodes rank `from`'s record; throws EPROTO on malformed bytes. */
@@ -94,11 +109,13 @@ export function decodeRankHost(bytes: Uint8Array, from: number, to: number): Ran
     throw bad('not UTF-8');
   }
   const f = text.split('\n');
-  if (f.length !== 4 || f[0] !== MAGIC) throw bad('bad magic or field count');
+  if (f.length !== 5 || f[0] !== MAGIC) throw bad(f[0] === 'WHS1' ? 'a weft version without cores in it: run the same weft on every host' : 'bad magic or field count');
   if (!/^[0-9a-f]{32}$/.test(f[1])) throw bad('bad host id');
   if (f[2].length === 0 || /[\x00-\x1f]/.test(f[2])) throw bad('bad host name');
   if (f[3].length > 64 || /[^0-9a-fA-F:.]/.test(f[3])) throw bad('bad address');
-  return { hostId: f[1], hostName: f[2], address: f[3] };
+  const cores = /^[1-9][0-9]{0,6}$/.test(f[4]) ? Number(f[4]) : NaN;
+  if (!(cores <= MAX_CORES)) throw bad('bad core count');
+  return { hostId: f[1], hostName: f[2], address: f[3], cores };
 }
 
 /**

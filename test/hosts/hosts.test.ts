@@ -62,29 +62,38 @@ if (why) {
   const master = (): HostStore => ({ kind: 'master', host: 0, port: 29400 + Math.floor(Math.random() * 500), secret });
   const big: Record<string, string> = soak ? {} : { WEFT_TEST_BIG: '70001' };
 
-  test('2 hosts x 2 ranks over Redis: local ranks, host names, a device that mixes shm and the fabric, and non-leaders that leave the fabric to their leader (1,000 small allreduces, 1,000 small and 300 larger broadcasts)', async () => {
-    const r = await runOnHosts(hosts, { perHost: [2, 2], script: HOSTS_RANK, args: ['near'], store: redis, timeoutMs: 120_000 });
-    assert.equal(r.codes.slice(0, 2), [0, 0], r.out.slice(-3000));
-    for (let k = 0; k < 4; k++) {
-      const info = JSON.parse(new RegExp(`info rank ${k}: (\\{.*\\})`).exec(r.out)?.[1] ?? 'null');
-      assert.ok(info, r.out.slice(-3000));
-      assert.is(info.localRank, k % 2);
-      assert.is(info.localSize, 2);
-      assert.equal(info.hosts, ['weft-h0', 'weft-h0', 'weft-h1', 'weft-h1']);
-      assert.match(info.provider, /^shm\+ofi:/);
-      // A hierarchical broadcast's non-leaders take the data from their leader only, over
-      // shared memory; reading the fabric there costs a system call per poll (tcp;ofi_rxm's
-      // progress) and found nothing. They read it only while it has work of theirs, or now and then.
-      const m = new RegExp(`near rank ${k} \\(local (\\d)\\): wrong (\\d+), fabric skips (\\d+), chunks sent to the other host in 1000 small allreduces (\\d+), in 1000 small broadcasts (\\d+)`).exec(r.out);
-      assert.ok(m, r.out.slice(-3000));
-      assert.is(Number(m![2]), 0, `rank ${k}: wrong sums`);
-      if (m![1] === '1') assert.ok(Number(m![3]) > 0, `rank ${k} (not a leader) read the fabric on every poll in broadcasts past the board: ${m![0]}`);
-      // In a small allreduce only the leaders cross the network; the others wait on the host
-      // board. In a small broadcast from rank 0, only rank 0 sends across.
-      assert.is(Number(m![4]), m![1] === '0' ? 1000 : 0, `rank ${k}: ${m![0]}`);
-      assert.is(Number(m![5]), k === 0 ? 1000 : 0, `rank ${k}: ${m![0]}`);
+  test('2 hosts x 2 ranks over Redis: local ranks, host names, a device that mixes shm and the fabric, and non-leaders that leave the fabric to their leader (1,000 small allreduces, 1,000 small and 300 larger broadcasts; 1 MiB allreduces on hosts with a core per rank and with one core)', async () => {
+    // A core per rank first, then one per host (oversubscribed). The emulated hosts share the
+    // machine's cores; WEFT_CORES says how many each may use.
+    for (const cores of ['2', '1']) {
+      const r = await runOnHosts(hosts, { perHost: [2, 2], script: HOSTS_RANK, args: ['near'], store: redis, env: { WEFT_CORES: cores }, timeoutMs: 120_000 });
+      assert.equal(r.codes.slice(0, 2), [0, 0], r.out.slice(-3000));
+      for (let k = 0; k < 4; k++) {
+        const info = JSON.parse(new RegExp(`info rank ${k}: (\\{.*\\})`).exec(r.out)?.[1] ?? 'null');
+        assert.ok(info, r.out.slice(-3000));
+        assert.is(info.localRank, k % 2);
+        assert.is(info.localSize, 2);
+        assert.equal(info.hosts, ['weft-h0', 'weft-h0', 'weft-h1', 'weft-h1']);
+        assert.match(info.provider, /^shm\+ofi:/);
+        // A hierarchical broadcast's non-leaders take the data from their leader only, over
+        // shared memory; reading the fabric there costs a system call per poll (tcp;ofi_rxm's
+        // progress) and found nothing. They read it only while it has work of theirs, or now and then.
+        const m = new RegExp(`near rank ${k} \\(local (\\d)\\): wrong (\\d+), fabric skips (\\d+), chunks sent to the other host in 1000 small allreduces (\\d+), in 1000 small broadcasts (\\d+), in 20 allreduces of 1 MiB (\\d+)`).exec(r.out);
+        assert.ok(m, r.out.slice(-3000));
+        assert.is(Number(m![2]), 0, `rank ${k}: wrong sums`);
+        if (m![1] === '1') assert.ok(Number(m![3]) > 0, `rank ${k} (not a leader) read the fabric on every poll in broadcasts past the board: ${m![0]}`);
+        // In a small allreduce only the leaders cross the network; the others wait on the host
+        // board. In a small broadcast from rank 0, only rank 0 sends across.
+        assert.is(Number(m![4]), m![1] === '0' ? 1000 : 0, `rank ${k}: ${m![0]}`);
+        assert.is(Number(m![5]), k === 0 ? 1000 : 0, `rank ${k}: ${m![0]}`);
+        // 1 MiB: every local rank crosses with its half on hosts with a core per rank; with one
+        // core per host, the leader alone with the whole array.
+        const large = Number(m![6]);
+        if (cores === '2' || m![1] === '0') assert.ok(large >= 20, `rank ${k} (WEFT_CORES ${cores}): ${m![0]}`);
+        else assert.is(large, 0, `rank ${k} (WEFT_CORES 1): ${m![0]}`);
+      }
+      assert.not.match(r.out, /leaked in \/dev\/shm/);
     }
-    assert.not.match(r.out, /leaked in \/dev\/shm/);
   });
 
   test('a barrier across hosts lets no rank leave before the last one arrived: 2 hosts x 2 ranks (host board, then the same local rank of every host) and 3 hosts x {1, 2, 1} (host board, leaders, host)', async () => {
@@ -115,11 +124,18 @@ if (why) {
     assert.not.match(r.out, /leaked in \/dev\/shm/);
   });
 
-  test('ctx.alloc arrays across hosts, 2 hosts x 2 ranks: the hierarchical allreduce reads them in place inside a host (every dtype, in and out of place, ops, views, a heap array on one host, a barrier made mid-call); the other collectives over them', async () => {
-    for (const mode of ['hostshared', 'registered']) {
-      const r = await runOnHosts(hosts, { perHost: [2, 2], script: COLLECTIVES, args: [mode], store: master(), env: big, timeoutMs: 300_000 });
-      assert.equal(r.codes.slice(0, 2), [0, 0], `${mode}: ${r.out.slice(-3000)}`);
-      for (let k = 0; k < 4; k++) assert.match(r.out, new RegExp(`ok rank ${k}: \\d+ checks`), `${mode}: ${r.out.slice(-3000)}`);
+  test('ctx.alloc arrays across hosts: the hierarchical allreduce reads them in place inside a host (every dtype, in and out of place, ops, views, a heap array on one host, a barrier made mid-call), every local rank crossing (2 x 2, a core per rank) or the leader alone (2 x 2 on one core per host; 3 hosts x {1, 2, 1}); the other collectives over them', async () => {
+    const runs: [number[], string, string][] = [
+      [[2, 2], '2', 'hostshared'],
+      [[2, 2], '1', 'hostshared'],
+      [[1, 2, 1], '2', 'hostshared'],
+      [[2, 2], '2', 'registered'],
+    ];
+    for (const [perHost, cores, mode] of runs) {
+      const what = `${mode} on ${perHost.join('+')} ranks, WEFT_CORES ${cores}`;
+      const r = await runOnHosts(hosts, { perHost, script: COLLECTIVES, args: [mode], store: master(), env: { ...big, WEFT_CORES: cores }, timeoutMs: 300_000 });
+      assert.ok(r.codes.every((c) => c === 0), `${what}: ${r.out.slice(-3000)}`);
+      for (let k = 0; k < 4; k++) assert.match(r.out, new RegExp(`ok rank ${k}: \\d+ checks`), `${what}: ${r.out.slice(-3000)}`);
       assert.not.match(r.out, /leaked in \/dev\/shm/);
     }
   });

@@ -8,8 +8,10 @@
 //          long enough for the wait to go to sleep; prints how many times the fabric's relay
 //          rang the sleeper's doorbell during that wait (up to 3 rounds, until it rang)
 //   near   info, then 1,000 blocking 8-byte allreduces, 100 allreduces of 64 KiB (blocking and
-//          awaited in turn) and 1,000 blocking 8-byte broadcasts
-//          from rank 0 (hierarchical); prints "near rank R (local L): wrong W, fabric skips K"
+//          awaited in turn), 20 blocking 1 MiB allreduces of a ctx.alloc array and 1,000
+//          blocking 8-byte broadcasts from rank 0 (hierarchical); prints "near rank R (local
+//          L): wrong W, fabric skips K, chunks sent ..." (chunks written to the other host in
+//          each loop)
 //          (W: wrong results of the loops; K: fabric reads skipped during the broadcasts, where
 //          a rank that is not its host's leader waits on shared memory only and should leave
 //          the idle fabric unread on most polls)
@@ -248,6 +250,18 @@ async function near(): Promise<void> {
       break;
     }
   }
+  // 1 MiB from ctx.alloc, in place: every local rank crosses with its chunk when the hosts
+  // have a core per rank, the leader alone with the whole array when a host has fewer
+  // (WEFT_CORES=1 here).
+  const large = ctx.alloc(Float32Array, 262_144);
+  const sentAtLarge = fabricSent();
+  for (let i = 0; i < 20; i++) {
+    large.fill(rank + i);
+    ctx.allreduceSync(large);
+    const want = (size * (size - 1)) / 2 + size * i;
+    if (large[0] !== want || large[large.length - 1] !== want || large[large.length >> 1] !== want) wrong++;
+  }
+  const sentInLarge = fabricSent() - sentAtLarge;
   // A small broadcast reaches a host's other ranks from its leader on the host board.
   const sentAtBroadcasts = fabricSent();
   for (let i = 0; i < 1000; i++) {
@@ -266,6 +280,6 @@ async function near(): Promise<void> {
     ctx.broadcastSync(big, { root: 0 });
     if (big[0] !== i) wrong++;
   }
-  console.log(`near rank ${rank} (local ${ctx.localRank}): wrong ${wrong}, fabric skips ${(cq.fabricSkips ?? NaN) - before}, chunks sent to the other host in 1000 small allreduces ${sentInAllreduces}, in 1000 small broadcasts ${sentInBroadcasts}`);
+  console.log(`near rank ${rank} (local ${ctx.localRank}): wrong ${wrong}, fabric skips ${(cq.fabricSkips ?? NaN) - before}, chunks sent to the other host in 1000 small allreduces ${sentInAllreduces}, in 1000 small broadcasts ${sentInBroadcasts}, in 20 allreduces of 1 MiB ${sentInLarge}`);
   ctx.barrierSync();
 }
