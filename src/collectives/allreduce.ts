@@ -115,17 +115,6 @@ function plan(g: Group, input: TypedArray, options: AllreduceOptions, where: str
     const k = checked(g, input, options, where);
     const red = k.red;
     const c = new CollectiveCall(g, 'allreduce', k.sig, options, input.byteLength);
-    // Every step of the ring (and the direct exchange) sends and receives at once, and staging
-    // the bytes costs less than writing them in place (zero-copy: two fabric writes a chunk, and
-    // the send finishes only once they complete). 2 emulated hosts x 2 ranks, a core each, ABBA
-    // blocks in one job, staged against in place: the 2 MiB step across hosts 2.7-3.1 vs
-    // 3.8-4.3 ms (ring, 1 MiB blocks), 512 KiB sent whole 388-483 vs 1000-1350 us; whole
-    // hierarchical allreduces 4 MiB 4.7-5.8 vs 5.2-6.6 ms (4 jobs of 4), 16 MiB 18.9 / 21.3 vs
-    // 20.1 / 22.3 ms; the flat ring at 4 MiB 7.3 / 6.7 vs 7.5 / 7.8 ms. Those sends finished on
-    // the peer's credit; finished on their local completion (2026-12-06, second session) in place
-    // was still slower at 4 MiB: 5.0-5.6 vs 5.3-5.6 ms over 6 blocks each. A broadcast (one way)
-    // keeps zero-copy: 4 MiB 2.5 vs 3.3-3.5 ms.
-    c.zeroCopy = false;
     const inB = bytesOf(input);
     const outB = bytesOf(output);
     const algorithm = options.algorithm === undefined || options.algorithm === 'hierarchical' ? 'auto' : options.algorithm;

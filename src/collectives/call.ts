@@ -67,12 +67,6 @@ export class CollectiveCall {
   readonly call: number;
   readonly deadline: Deadline;
   readonly tag: number;
-  /**
-   * Sends of registered arrays may go out in place (transport/pair.ts, from 512 KiB), finishing
-   * on the receiver's credit instead of once staged. A plan whose ranks send and receive at
-   * once in every step (allreduce) turns it off: see allreduce.ts.
-   */
-  zeroCopy = true;
   private held: Uint8Array[] | undefined;
   constructor(
     readonly group: Group,
@@ -123,7 +117,9 @@ export class CollectiveCall {
 
   send(to: number, bytes: Uint8Array): SendOp {
     const op = new SendOp(this.device.worldRank(to), this.slot, bytes, this.sig, 0, 0);
-    op.allowZeroCopy = this.zeroCopy;
+    // Registered arrays go out in place (transport/pair.ts, from 512 KiB): the send finishes
+    // once its last write completed locally instead of once staged (docs/collectives.md).
+    op.allowZeroCopy = true;
     op.call = this.call;
     this.device.pair(to).send(op);
     return op;

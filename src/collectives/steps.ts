@@ -32,8 +32,7 @@ export function stepOptions(o: CollectiveOptions & { op?: ReduceOp; float?: 'flo
 /**
  * A typed view of `count` elements over scratch bytes of `g` (like `like`). Registered memory
  * where the group lends it: every plan sends its scratch across hosts, and from 512 KiB the
- * fabric writes from registered memory in place instead of through a staging copy (allgather
- * and reduceScatter; allreduce stages its sends: allreduce.ts).
+ * fabric writes from registered memory in place instead of through a staging copy.
  */
 export function scratchOf<T extends TypedArray>(g: Group, like: T, count: number): { view: T; area: Uint8Array } {
   const bytes = Math.max(1, count * like.BYTES_PER_ELEMENT);

@@ -434,10 +434,10 @@ async function hostshared(c: ProcessGroup): Promise<void> {
 }
 
 /**
- * Collectives over ctx.alloc arrays on any provider. On ofi, sends of at least 512 KiB from such
- * arrays (broadcast, allgather, reduceScatter; allreduce stages its own) are written from them
- * in place (no staging copy) and finish once their last write completed locally (the fabric
- * has taken the bytes), whether or not the peer has read them yet.
+ * Collectives over ctx.alloc arrays on any provider. On ofi, a collective's sends of at least
+ * 512 KiB from such arrays are written from them in place (no staging copy) and finish once
+ * their last write completed locally (the fabric has taken the bytes), whether or not the peer
+ * has read them yet.
  */
 async function registered(c: ProcessGroup): Promise<void> {
   for (const C of [Float32Array, Int32Array, Float64Array, BigInt64Array, Uint8Array] as Ctor[]) {
