@@ -19,7 +19,10 @@
  * - 'chunks': rank r allreduces its reduced chunk r with the same local rank of every other
  *   host (the host's ranks cross at once, on cores of their own);
  * - 'leader': rank 0's chunk is the whole array, which it allreduces with the other hosts'
- *   leaders; the host's other ranks reduce nothing and copy rank 0's result in step 3.
+ *   leaders; the host's other ranks reduce nothing and copy rank 0's result in step 3. On a
+ *   host whose ranks share cores (`leaderCopies`), rank 0 writes its result into the others'
+ *   outputs itself before the second board call, which is then the last: the copies would
+ *   not run in parallel anyway, and a board call (a wake-up of every rank) is saved.
  * The Promise form holds the board from step 1 to step 4 (Board.holdAsync), so no board call
  * made meanwhile pairs with one of its steps.
  */
@@ -58,6 +61,8 @@ export interface SharedCall {
 export interface AcrossHosts {
   /** Who crosses: every rank with its chunk, or rank 0 with the whole array (file comment). */
   readonly by: 'chunks' | 'leader';
+  /** With 'leader': rank 0 writes the result into every rank's output (file comment). */
+  readonly leaderCopies: boolean;
   sync(first: number, count: number): void;
   async(first: number, count: number): Promise<void>;
 }
@@ -127,6 +132,13 @@ function reduceMine(call: SharedCall, x: Exchange, off: number[]): void {
   reduceMany(red.op, red.dtype, off[c.rank + 1] - off[c.rank], outB.subarray(lo, hi), srcs);
 }
 
+/** 'leaderCopies': rank 0 writes its result into every other rank's output. */
+function spreadMine(call: SharedCall, x: Exchange): void {
+  const { c, outB } = call;
+  if (c.rank !== 0) return;
+  for (let r = 1; r < c.size; r++) copyInto(x.outs[r], 0, outB, 0, outB.byteLength);
+}
+
 function gatherTheirs(call: SharedCall, x: Exchange, off: number[]): void {
   const { c, outB, red } = call;
   for (let r = 0; r < c.size; r++) {
@@ -146,6 +158,11 @@ export function sharedAllreduceSync(call: SharedCall): boolean {
   const off = chunkOffsets(call);
   reduceMine(call, x, off);
   if (call.across && off[c.rank + 1] > off[c.rank]) call.across.sync(off[c.rank], off[c.rank + 1] - off[c.rank]);
+  if (call.across?.leaderCopies) {
+    spreadMine(call, x);
+    board.exchangeSync(EMPTY, c.sig, c);
+    return true;
+  }
   board.exchangeSync(EMPTY, c.sig, c);
   gatherTheirs(call, x, off);
   board.exchangeSync(EMPTY, c.sig, c);
@@ -162,6 +179,11 @@ export function sharedAllreduce(call: SharedCall): Promise<boolean> {
     const off = chunkOffsets(call);
     reduceMine(call, x, off);
     if (call.across && off[c.rank + 1] > off[c.rank]) await call.across.async(off[c.rank], off[c.rank + 1] - off[c.rank]);
+    if (call.across?.leaderCopies) {
+      spreadMine(call, x);
+      await held(EMPTY, c.sig, c);
+      return true;
+    }
     await held(EMPTY, c.sig, c);
     gatherTheirs(call, x, off);
     await held(EMPTY, c.sig, c);

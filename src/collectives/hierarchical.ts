@@ -4,19 +4,22 @@
  * network goes over the fabric, once per host (or once per local rank, in parallel).
  *
  * allreduce, three plans:
- * - several leaders per host (every host runs the same number L of ranks, and the array has
- *   at least MULTI_LEADER_MIN_BYTES and does not fit the host board): reduce-scatter inside
- *   the host (each local rank gets a 1/L shard), allreduce of each shard among the ranks with
- *   the same local rank on every host (L allreduces across hosts at once), allgather inside
- *   the host; untagged calls over ctx.alloc arrays run the two steps inside the host on shared
- *   memory, reading the peers' arrays in place (hostShared), the others through the rings;
+ * - several leaders per host (every host runs the same number L of ranks on at least L cores,
+ *   and the array has at least MULTI_LEADER_MIN_BYTES and does not fit the host board):
+ *   reduce-scatter inside the host (each local rank gets a 1/L shard), allreduce of each shard
+ *   among the ranks with the same local rank on every host (L allreduces across hosts at
+ *   once), allgather inside the host; untagged calls over ctx.alloc arrays run the two steps
+ *   inside the host on shared memory, reading the peers' arrays in place (hostShared), the
+ *   others through the rings. When some host has fewer cores than ranks, large arrays take
+ *   the one-leader plan below instead, in place over ctx.alloc arrays too;
  * - arrays the host board holds (untagged, up to 64 KiB): the host's sum on the host board,
  *   allreduce of it among the leaders (local rank 0 of every host), the leader's result on the
  *   host board again; the host's ranks hold the board from the first step to the last
  *   (hostBoardAllreduce), and only one rank per host crosses the network;
- * - one leader per host otherwise (hosts with different numbers of ranks, or a host without a
- *   board): reduce to local rank 0, allreduce among the leaders, broadcast inside the host;
- *   tagged small arrays on hosts with the same number of ranks: allreduce inside the host, then
+ * - one leader per host otherwise (hosts with different numbers of ranks or fewer cores than
+ *   ranks, or a host without a board): reduce to local rank 0, allreduce among the leaders,
+ *   broadcast inside the host; for large untagged ctx.alloc arrays the leader reduces the
+ *   host's arrays in place and its result goes straight into theirs (hostShared); tagged small arrays on hosts with the same number of ranks: allreduce inside the host, then
  *   among the same local rank of every host (two steps).
  * broadcast: inside the root's host, then among the leaders, then inside the other hosts (the
  *   steps inside a host on the host board, held across the leaders' step, for untagged arrays
@@ -71,6 +74,8 @@ export interface Hierarchy {
   readonly contiguous: boolean;
   /** Some host runs more ranks than it has cores (the same on every rank: from the host map). */
   readonly oversubscribed: boolean;
+  /** This rank's host runs more ranks than it has cores (the same on every rank of the host). */
+  readonly hostOversubscribed: boolean;
 }
 
 

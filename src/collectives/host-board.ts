@@ -233,7 +233,8 @@ export function hostBoardReduceScatter<T extends TypedArray>(g: Group, h: Hierar
  *   where the message steps (reduce-scatter and allgather through the rings) copy each byte
  *   in and out.
  * - by 'leader': local rank 0 reduces the whole array, allreduces it among the leaders, and
- *   the others copy its result (in place of reduce, leaders' allreduce, broadcast).
+ *   the others copy its result (in place of reduce, leaders' allreduce, broadcast); on a host
+ *   with fewer cores than ranks the leader writes it into their outputs itself.
  * The step across hosts is the same call as in the message plan (the chunk is the shard, or
  * the whole array), so hosts may differ in which plan they take (a host whose ranks pass heap
  * arrays falls back alone).
@@ -248,6 +249,7 @@ export function hostShared<T extends TypedArray>(g: Group, h: Hierarchy, board: 
   const peers = by === 'leader' ? h.leaders! : h.peers!;
   const across: AcrossHosts = {
     by,
+    leaderCopies: by === 'leader' && h.hostOversubscribed,
     sync: (first, count) => void allreduceSync(peers, out.subarray(first, first + count), stepOptions(options, d)),
     async: async (first, count) => void (await allreduce(peers, out.subarray(first, first + count), stepOptions(options, d))),
   };

@@ -33,5 +33,5 @@ export function hierarchyOf(job: Group, hosts: HostMap): Hierarchy {
   let contiguous = true;
   for (let r = 1; r < job.size; r++) if (hosts.hostIndex[r] < hosts.hostIndex[r - 1]) contiguous = false;
   const oversubscribed = hosts.oversubscribed.some((o) => o);
-  return { local, leaders, peers, hostOf: hosts.hostIndex, localRankOf: hosts.localRank, host, hostSizes, contiguous, oversubscribed };
+  return { local, leaders, peers, hostOf: hosts.hostIndex, localRankOf: hosts.localRank, host, hostSizes, contiguous, oversubscribed, hostOversubscribed: hosts.oversubscribed[host] };
 }
