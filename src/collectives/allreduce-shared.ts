@@ -33,6 +33,7 @@ import { SHARED_RECORD_BYTES, SharedArrays } from '../transport/shared-arrays.js
 import { copyInto } from '../host/copy.js';
 import { evenCounts, offsets } from './checks.js';
 import { refused, type CollectiveCall, type Reduction } from './call.js';
+import type { AroundHooks } from './allreduce.js';
 
 const EMPTY = new Uint8Array(0);
 
@@ -63,8 +64,9 @@ export interface AcrossHosts {
   readonly by: 'chunks' | 'leader';
   /** With 'leader': rank 0 writes the result into every rank's output (file comment). */
   readonly leaderCopies: boolean;
-  sync(first: number, count: number): void;
-  async(first: number, count: number): Promise<void>;
+  /** Allreduces elements [first, first + count) of the output across hosts; `around` works on ranges meanwhile. */
+  sync(first: number, count: number, around?: AroundHooks): void;
+  async(first: number, count: number, around?: AroundHooks): Promise<void>;
 }
 
 function record(call: SharedCall): Uint8Array {
@@ -120,25 +122,26 @@ function chunkOffsets(call: SharedCall): number[] {
   return off;
 }
 
-/** Step 2 and the copy of step 3 (the board calls are the caller's: sync or async). */
-function reduceMine(call: SharedCall, x: Exchange, off: number[]): void {
+/** Step 2 for elements [first, first + count): reduces every rank's input into this rank's output. */
+function reduceRange(call: SharedCall, x: Exchange, first: number, count: number): void {
   const { c, inB, outB, red } = call;
-  const lo = off[c.rank] * red.elementBytes;
-  const hi = off[c.rank + 1] * red.elementBytes;
-  if (hi === lo) return;
+  if (count === 0) return;
+  const lo = first * red.elementBytes;
+  const hi = (first + count) * red.elementBytes;
   // This rank's own chunk first: in place, the output chunk is that source (reduceMany allows it).
   const srcs: Uint8Array[] = [inB.subarray(lo, hi)];
   for (let r = 0; r < c.size; r++) if (r !== c.rank) srcs.push(x.ins[r].subarray(lo, hi));
-  reduceMany(red.op, red.dtype, off[c.rank + 1] - off[c.rank], outB.subarray(lo, hi), srcs);
+  reduceMany(red.op, red.dtype, count, outB.subarray(lo, hi), srcs);
 }
 
-/** 'leaderCopies': rank 0 writes its result into every other rank's output. */
-function spreadMine(call: SharedCall, x: Exchange): void {
-  const { c, outB } = call;
-  if (c.rank !== 0) return;
-  for (let r = 1; r < c.size; r++) copyInto(x.outs[r], 0, outB, 0, outB.byteLength);
+/** 'leaderCopies': rank 0 writes elements [first, first + count) of its result into every other rank's output. */
+function spreadRange(call: SharedCall, x: Exchange, first: number, count: number): void {
+  const { c, outB, red } = call;
+  const lo = first * red.elementBytes;
+  for (let r = 1; r < c.size; r++) copyInto(x.outs[r], lo, outB, lo, count * red.elementBytes);
 }
 
+/** The copy of step 3: every other rank's chunk of its output into this rank's. */
 function gatherTheirs(call: SharedCall, x: Exchange, off: number[]): void {
   const { c, outB, red } = call;
   for (let r = 0; r < c.size; r++) {
@@ -149,17 +152,37 @@ function gatherTheirs(call: SharedCall, x: Exchange, off: number[]): void {
   }
 }
 
+/**
+ * Step 2 and the step across hosts. The 'leader' reduces each range of the array just before
+ * its messages go out and, with leaderCopies, writes each finished range into the host's other
+ * outputs, while other ranges are on the wire (allreduceAround); other ranks reduce their
+ * chunk first, then cross with it.
+ */
+function reduceAndCross(call: SharedCall, x: Exchange, off: number[]): AroundHooks | undefined {
+  const { c, across } = call;
+  const first = off[c.rank];
+  const count = off[c.rank + 1] - first;
+  if (across?.by === 'leader' && count > 0) {
+    return {
+      before: (f, n) => reduceRange(call, x, f, n),
+      after: (f, n) => (across.leaderCopies ? spreadRange(call, x, f, n) : undefined),
+    };
+  }
+  reduceRange(call, x, first, count);
+  return undefined;
+}
+
 /** Blocking shared allreduce; false when some rank's arrays are not shared (use the ring). */
 export function sharedAllreduceSync(call: SharedCall): boolean {
-  const { c, board } = call;
+  const { c, board, across } = call;
   const x: Exchange = { ins: new Array(c.size), outs: new Array(c.size), unshared: -1 };
   board.exchangeSync(record(call), c.sig, c, reader(call, x));
   if (x.unshared >= 0) return false;
   const off = chunkOffsets(call);
-  reduceMine(call, x, off);
-  if (call.across && off[c.rank + 1] > off[c.rank]) call.across.sync(off[c.rank], off[c.rank + 1] - off[c.rank]);
-  if (call.across?.leaderCopies) {
-    spreadMine(call, x);
+  const around = reduceAndCross(call, x, off);
+  if (across && off[c.rank + 1] > off[c.rank]) across.sync(off[c.rank], off[c.rank + 1] - off[c.rank], around);
+  // The leader has written everyone's output: nobody reads another's arrays any more.
+  if (across?.leaderCopies) {
     board.exchangeSync(EMPTY, c.sig, c);
     return true;
   }
@@ -171,16 +194,15 @@ export function sharedAllreduceSync(call: SharedCall): boolean {
 
 /** Promise form of sharedAllreduceSync. */
 export function sharedAllreduce(call: SharedCall): Promise<boolean> {
-  const { c, board } = call;
+  const { c, board, across } = call;
   return board.holdAsync(async (held) => {
     const x: Exchange = { ins: new Array(c.size), outs: new Array(c.size), unshared: -1 };
     await held(record(call), c.sig, c, reader(call, x));
     if (x.unshared >= 0) return false;
     const off = chunkOffsets(call);
-    reduceMine(call, x, off);
-    if (call.across && off[c.rank + 1] > off[c.rank]) await call.across.async(off[c.rank], off[c.rank + 1] - off[c.rank]);
-    if (call.across?.leaderCopies) {
-      spreadMine(call, x);
+    const around = reduceAndCross(call, x, off);
+    if (across && off[c.rank + 1] > off[c.rank]) await across.async(off[c.rank], off[c.rank + 1] - off[c.rank], around);
+    if (across?.leaderCopies) {
       await held(EMPTY, c.sig, c);
       return true;
     }

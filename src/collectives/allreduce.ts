@@ -21,7 +21,7 @@ import { bytesOf, checkArray, checkLength, evenCounts, offsets, reduction, check
 import { agreement, CHECK_CALLS } from './agreement.js';
 import { CollectiveCall, copy, driveAsync, driveSync, runAsync, runSync, type Algorithm, type CollectiveOptions, type Group, type Reduction, refused } from './call.js';
 import { signature } from '../transport/signature.js';
-import { ringAllgather, ringReduceScatter, staggered } from './ring.js';
+import { ringAllgather, ringReduceScatter, staggered, type SegmentHooks } from './ring.js';
 import { sharedAllreduce, sharedAllreduceSync, type SharedCall } from './allreduce-shared.js';
 
 /**
@@ -109,7 +109,18 @@ export function boardFits(size: number, bytes: number, options: CollectiveOption
   return !options.tag && bytes <= Board.capacity && size <= 8;
 }
 
-function plan(g: Group, input: TypedArray, options: AllreduceOptions, where: string): Plan {
+/**
+ * Work of the caller's own on the array around an allreduce's messages (allreduceAround): each
+ * range of elements is handed to `before` just before the messages that read it are posted,
+ * and to `after` once the call no longer reads or writes it, while other ranges' messages may
+ * be on the wire.
+ */
+export interface AroundHooks {
+  before(first: number, count: number): void;
+  after(first: number, count: number): void;
+}
+
+function plan(g: Group, input: TypedArray, options: AllreduceOptions, where: string, around?: AroundHooks): Plan {
   try {
     const output = options.output ?? input;
     const k = checked(g, input, options, where);
@@ -140,11 +151,18 @@ function plan(g: Group, input: TypedArray, options: AllreduceOptions, where: str
     }
     if (g.size === 1) alg = single(inB, outB);
     else if (algorithm === 'direct' || (algorithm === 'auto' && inB.byteLength <= DIRECT_MAX_BYTES && g.size <= 8)) alg = direct(c, inB, outB, red, input.length);
-    else alg = ring(c, inB, outB, red, input.length);
-    return { c, alg, out: output };
+    else return { c, alg: ring(c, inB, outB, red, input.length, around), out: output };
+    return { c, alg: around ? whole(alg, around, input.length) : alg, out: output };
   } catch (err) {
     throw refused(g, err);
   }
+}
+
+/** An algorithm that is not cut into segments, with the hooks around all of it. */
+function* whole(alg: Algorithm, around: AroundHooks, count: number): Algorithm {
+  around.before(0, count);
+  yield* alg;
+  around.after(0, count);
 }
 
 function* single(inB: Uint8Array, outB: Uint8Array): Algorithm {
@@ -182,12 +200,20 @@ function* direct(c: CollectiveCall, inB: Uint8Array, outB: Uint8Array, red: Redu
  */
 export const SEGMENT_BLOCK_BYTES = 1024 * 1024;
 
-function ring(c: CollectiveCall, inB: Uint8Array, outB: Uint8Array, red: Reduction, count: number): Algorithm {
+function ring(c: CollectiveCall, inB: Uint8Array, outB: Uint8Array, red: Reduction, count: number, around?: AroundHooks): Algorithm {
   const segments = Math.min(Math.ceil(inB.byteLength / (c.size * SEGMENT_BLOCK_BYTES)), Math.floor(count / c.size));
-  if (segments <= 1 || !c.device.stagedRings) return ringSegment(c, inB, outB, red, count);
+  if (segments <= 1 || !c.device.stagedRings) {
+    const alg = ringSegment(c, inB, outB, red, count);
+    return around ? whole(alg, around, count) : alg;
+  }
   const eb = red.elementBytes;
   const at = offsets(evenCounts(count, segments));
-  return staggered((k) => ringSegment(c, inB.subarray(at[k] * eb, at[k + 1] * eb), outB.subarray(at[k] * eb, at[k + 1] * eb), red, at[k + 1] - at[k]), segments);
+  const hooks: SegmentHooks | undefined = around && {
+    before: (k) => around.before(at[k], at[k + 1] - at[k]),
+    after: (k) => around.after(at[k], at[k + 1] - at[k]),
+    flush: () => c.device.flush(),
+  };
+  return staggered((k) => ringSegment(c, inB.subarray(at[k] * eb, at[k + 1] * eb), outB.subarray(at[k] * eb, at[k + 1] * eb), red, at[k + 1] - at[k]), segments, 2, hooks);
 }
 
 function* ringSegment(c: CollectiveCall, inB: Uint8Array, outB: Uint8Array, red: Reduction, count: number): Algorithm {
@@ -205,6 +231,42 @@ function* ringSegment(c: CollectiveCall, inB: Uint8Array, outB: Uint8Array, red:
  */
 export async function allreduce<T extends TypedArray>(g: Group, input: T, options: AllreduceOptions = {}): Promise<T> {
   const p = plan(g, input, options, `rank ${g.rank}: allreduce`);
+  await runPlan(p);
+  return p.out as T;
+}
+
+/** Blocking allreduce: busy-polls the calling thread (lowest latency, blocks the event loop). */
+export function allreduceSync<T extends TypedArray>(g: Group, input: T, options: AllreduceOptions = {}): T {
+  const p = plan(g, input, options, `rank ${g.rank}: allreduceSync`);
+  runPlanSync(p);
+  return p.out as T;
+}
+
+/**
+ * allreduce of `data` in place with work of the caller's own around its messages (AroundHooks):
+ * the messages are allreduce(g, data, options)'s, so a rank that calls allreduce meets it. The
+ * hierarchical plans' leader reduces its host's arrays into each range just before it goes
+ * out, and copies each finished range to its host's ranks, while other ranges are on the wire.
+ */
+export async function allreduceAround(g: Group, data: TypedArray, options: AllreduceOptions, around: AroundHooks): Promise<void> {
+  const p = plan(g, data, { ...options, output: undefined }, `rank ${g.rank}: allreduce`, around);
+  // The board and shared plans (one host) read every rank's array at once: no ranges.
+  const all = p.board !== undefined || p.shared !== undefined;
+  if (all) around.before(0, data.length);
+  await runPlan(p);
+  if (all) around.after(0, data.length);
+}
+
+/** Blocking form of allreduceAround. */
+export function allreduceAroundSync(g: Group, data: TypedArray, options: AllreduceOptions, around: AroundHooks): void {
+  const p = plan(g, data, { ...options, output: undefined }, `rank ${g.rank}: allreduceSync`, around);
+  const all = p.board !== undefined || p.shared !== undefined;
+  if (all) around.before(0, data.length);
+  runPlanSync(p);
+  if (all) around.after(0, data.length);
+}
+
+async function runPlan(p: Plan): Promise<void> {
   if (CHECK_CALLS && (p.board || p.shared)) await driveAsync(p.c, agreement(p.c));
   if (p.board) {
     await p.board.board.exchangeAsync(p.board.inB, p.c.sig, p.c, p.board.fold);
@@ -214,12 +276,9 @@ export async function allreduce<T extends TypedArray>(g: Group, input: T, option
   } else {
     await runAsync(p.c, p.alg as Algorithm);
   }
-  return p.out as T;
 }
 
-/** Blocking allreduce: busy-polls the calling thread (lowest latency, blocks the event loop). */
-export function allreduceSync<T extends TypedArray>(g: Group, input: T, options: AllreduceOptions = {}): T {
-  const p = plan(g, input, options, `rank ${g.rank}: allreduceSync`);
+function runPlanSync(p: Plan): void {
   if (CHECK_CALLS && (p.board || p.shared)) driveSync(p.c, agreement(p.c));
   if (p.board) {
     p.board.board.exchangeSync(p.board.inB, p.c.sig, p.c, p.board.fold);
@@ -229,5 +288,4 @@ export function allreduceSync<T extends TypedArray>(g: Group, input: T, options:
   } else {
     runSync(p.c, p.alg as Algorithm);
   }
-  return p.out as T;
 }

@@ -20,7 +20,7 @@ import { signature } from '../transport/signature.js';
 import { agreement, CHECK_CALLS } from './agreement.js';
 import { beginCall, CollectiveCall, driveAsync, driveSync, refused, type CollectiveOptions, type Group } from './call.js';
 import { bytesOf, dtypeName, reduction, type TypedArray } from './checks.js';
-import { allreduce, allreduceSync, type AllreduceOptions } from './allreduce.js';
+import { allreduce, allreduceAround, allreduceAroundSync, allreduceSync, type AllreduceOptions, type AroundHooks } from './allreduce.js';
 import { allgatherv, allgathervSync } from './allgather.js';
 import { barrier, barrierSync } from './barrier.js';
 import { broadcast, broadcastSync, type RootOptions } from './broadcast.js';
@@ -224,6 +224,12 @@ export function hostBoardReduceScatter<T extends TypedArray>(g: Group, h: Hierar
   };
 }
 
+/** Hooks over a view that starts at element `first` of the array they work on. */
+function shifted(around: AroundHooks, first: number): AroundHooks {
+  if (first === 0) return around;
+  return { before: (f, n) => around.before(first + f, n), after: (f, n) => around.after(first + f, n) };
+}
+
 /**
  * A large allreduce with its steps inside the host on shared memory: the shared allreduce
  * among the host's ranks on the host board (allreduce-shared.ts), read in place.
@@ -250,8 +256,16 @@ export function hostShared<T extends TypedArray>(g: Group, h: Hierarchy, board: 
   const across: AcrossHosts = {
     by,
     leaderCopies: by === 'leader' && h.hostOversubscribed,
-    sync: (first, count) => void allreduceSync(peers, out.subarray(first, first + count), stepOptions(options, d)),
-    async: async (first, count) => void (await allreduce(peers, out.subarray(first, first + count), stepOptions(options, d))),
+    sync: (first, count, around) => {
+      const view = out.subarray(first, first + count);
+      if (around) allreduceAroundSync(peers, view, stepOptions(options, d), shifted(around, first));
+      else allreduceSync(peers, view, stepOptions(options, d));
+    },
+    async: async (first, count, around) => {
+      const view = out.subarray(first, first + count);
+      if (around) await allreduceAround(peers, view, stepOptions(options, d), shifted(around, first));
+      else await allreduce(peers, view, stepOptions(options, d));
+    },
   };
   return { c, board, inB: bytesOf(input), outB: bytesOf(out), red, count: input.length, forced: false, across };
 }

@@ -52,24 +52,47 @@ export function* ringAllgather(c: CollectiveCall, out: Uint8Array, off: readonly
 }
 
 /**
+ * Work a plan does on its own memory around the segments of a ring, while other segments'
+ * bytes are on the wire: `before(k)` runs just before segment k posts its first step (after
+ * the steps already running posted theirs), `after(k)` once segment k is done (after the
+ * running ones posted their next step). `flush` hands what was posted to the fabric first.
+ * The messages are the same with or without hooks, so ranks with and without them still meet.
+ */
+export interface SegmentHooks {
+  before(k: number): void;
+  after(k: number): void;
+  flush(): void;
+}
+
+/**
  * Runs `count` algorithms (segments of one call), at most `inFlight` at a time, each starting
  * one step after the previous one. A step waits for the current step of every running segment,
  * so one segment's transfer fills the gap where another drains its pipeline between steps.
  * Every rank runs the same schedule, so the messages of a step meet their receives in order.
  */
-export function* staggered(make: (k: number) => Algorithm, count: number, inFlight = 2): Algorithm {
+export function* staggered(make: (k: number) => Algorithm, count: number, inFlight = 2, hooks?: SegmentHooks): Algorithm {
   const running: Algorithm[] = [];
+  const segment: number[] = [];
   const current: (readonly TransportOp[])[] = [];
   const step: TransportOp[] = [];
+  const finished: number[] = [];
   let next = 0;
   for (;;) {
     // One new segment per step: that is the stagger.
     if (running.length < inFlight && next < count) {
-      const g = make(next++);
+      const k = next++;
+      if (hooks) {
+        hooks.flush();
+        hooks.before(k);
+      }
+      const g = make(k);
       const r = g.next();
       if (!r.done) {
         running.push(g);
+        segment.push(k);
         current.push(r.value);
+      } else if (hooks) {
+        hooks.after(k);
       }
     }
     if (running.length === 0) {
@@ -82,11 +105,18 @@ export function* staggered(make: (k: number) => Algorithm, count: number, inFlig
     for (let i = 0; i < running.length; i++) {
       const r = running[i].next();
       if (r.done) {
+        finished.push(segment[i]);
         running.splice(i, 1);
+        segment.splice(i, 1);
         current.splice(i--, 1);
       } else {
         current[i] = r.value;
       }
     }
+    if (hooks && finished.length > 0) {
+      hooks.flush();
+      for (const k of finished) hooks.after(k);
+    }
+    finished.length = 0;
   }
 }

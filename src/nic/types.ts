@@ -294,6 +294,11 @@ export interface Device {
    * may read this one less often for a waiter that waits on the other (`CompletionQueue.pollNear`).
    */
   hasWorkInFlight?(): boolean;
+  /**
+   * Fabric devices that batch posts (ofi: one native call per poll): hands what was posted so
+   * far to the provider now, so it moves while the caller does other work before polling.
+   */
+  flush?(): void;
   /** Allocates and registers `byteLength` bytes that peers may access. */
   allocate(byteLength: number): MemoryRegion;
   /**

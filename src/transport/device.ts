@@ -177,6 +177,15 @@ export class Device implements PairHost, CompletionSink, CollectiveTransport {
   }
 
   /**
+   * Hands the operations posted so far to the fabric now (ofi batches them until the next
+   * poll): a plan that posts a step and then works on its own memory before waiting lets the
+   * step's bytes move meanwhile.
+   */
+  flush(): void {
+    this.nic.flush?.();
+  }
+
+  /**
    * For slow paths (a waiter about to yield or sleep): lets the NIC check its peers'
    * liveness (rate-limited there; polls do it only now and then), then polls.
    */

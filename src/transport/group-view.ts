@@ -62,6 +62,8 @@ export interface CollectiveTransport {
   releaseSlot(slot: number): void;
   markFinished(slot: number, call: number): void;
   finishCall(slot: number, call: number): void;
+  /** Hands the operations posted so far to the fabric now (Device.flush). */
+  flush(): void;
   checkUsable(what: string): void;
   /** What checkUsable checks, as a boolean (no string to build on the hot path). */
   readonly usable: boolean;
@@ -145,6 +147,9 @@ export class GroupView implements CollectiveTransport {
   }
   markFinished(slot: number, call: number): void {
     this.device.markFinished(slot, call);
+  }
+  flush(): void {
+    this.device.flush();
   }
   finishCall(slot: number, call: number): void {
     this.device.finishCall(slot, call);

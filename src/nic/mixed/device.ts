@@ -444,6 +444,10 @@ export class MixedDevice implements Device {
     return this.shm.oversubscribed || this.ofi.oversubscribed;
   }
 
+  flush(): void {
+    this.ofi.flush?.();
+  }
+
   allocate(byteLength: number): MemoryRegion {
     this.checkOpen('allocate');
     const s = this.shm.allocate(byteLength);

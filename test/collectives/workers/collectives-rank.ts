@@ -357,6 +357,19 @@ async function hostshared(c: ProcessGroup): Promise<void> {
     await c.allreduce(x, { op });
     same(`host-shared allreduce ${op}`, x, reference(Int32Array, 70_001, op));
   }
+  // 5 MiB + 4 bytes: the step across hosts runs in segments over the fabric (3 of them between
+  // 2 hosts, 2 among 3), and a leader that crosses alone reduces each segment just before it
+  // goes out and hands each finished one to its host's ranks while the next is on the wire.
+  {
+    const n = 1_310_721;
+    const x = allocOf(c, Float32Array, gen(Float32Array, rank, n));
+    c.allreduceSync(x);
+    same(`host-shared allreduceSync of ${n} floats`, x, reference(Float32Array, n, 'sum'));
+    const input = allocOf(c, Float32Array, gen(Float32Array, rank, n, 'sum', 1));
+    const out = await c.allreduce(input, { output: c.alloc(Float32Array, n) });
+    same(`host-shared allreduce of ${n} floats out of place`, out, reference(Float32Array, n, 'sum', 1));
+    same(`host-shared allreduce of ${n} floats leaves its input alone`, input, gen(Float32Array, rank, n, 'sum', 1));
+  }
   // Views at offsets inside one allocation, the same arrays again (imported regions reused).
   const whole = c.alloc(Float32Array, 100_000);
   for (let k = 0; k < 3; k++) {
