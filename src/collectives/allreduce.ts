@@ -247,9 +247,10 @@ export function allreduceSync<T extends TypedArray>(g: Group, input: T, options:
  * the messages are allreduce(g, data, options)'s, so a rank that calls allreduce meets it. The
  * hierarchical plans' leader reduces its host's arrays into each range just before it goes
  * out, and copies each finished range to its host's ranks, while other ranges are on the wire.
+ * In place: `options.output` is not set (the steps' options never set it).
  */
 export async function allreduceAround(g: Group, data: TypedArray, options: AllreduceOptions, around: AroundHooks): Promise<void> {
-  const p = plan(g, data, { ...options, output: undefined }, `rank ${g.rank}: allreduce`, around);
+  const p = plan(g, data, options, `rank ${g.rank}: allreduce`, around);
   // The board and shared plans (one host) read every rank's array at once: no ranges.
   const all = p.board !== undefined || p.shared !== undefined;
   if (all) around.before(0, data.length);
@@ -259,7 +260,7 @@ export async function allreduceAround(g: Group, data: TypedArray, options: Allre
 
 /** Blocking form of allreduceAround. */
 export function allreduceAroundSync(g: Group, data: TypedArray, options: AllreduceOptions, around: AroundHooks): void {
-  const p = plan(g, data, { ...options, output: undefined }, `rank ${g.rank}: allreduceSync`, around);
+  const p = plan(g, data, options, `rank ${g.rank}: allreduceSync`, around);
   const all = p.board !== undefined || p.shared !== undefined;
   if (all) around.before(0, data.length);
   runPlanSync(p);

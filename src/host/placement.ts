@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 
 /**
@@ -7,6 +8,47 @@ import { availableParallelism } from 'node:os';
  * on 2 cores for an oversubscribed one (its waits yielded instead of spinning).
  */
 const CORES_AT_START = availableParallelism();
+
+/** Longest CPU list a host record carries (rendezvous/hosts.ts); longer lists are left out. */
+export const MAX_CPU_LIST = 256;
+
+/**
+ * The CPUs this process could run on when it started, in the kernel's list format ("0-3,8"),
+ * read at load like CORES_AT_START; '' where /proc cannot say.
+ */
+const CPUS_AT_START = ((): string => {
+  try {
+    const list = /Cpus_allowed_list:\s*(\S+)/.exec(readFileSync('/proc/self/status', 'utf8'))?.[1] ?? '';
+    return list.length <= MAX_CPU_LIST && parseCpuList(list) !== undefined ? list : '';
+  } catch {
+    return '';
+  }
+})();
+
+/**
+ * The CPU numbers of a kernel CPU list ("0-3,8" is 0, 1, 2, 3, 8); undefined when malformed
+ * (a peer's host record is checked with it).
+ */
+export function parseCpuList(list: string): number[] | undefined {
+  if (!/^\d+(-\d+)?(,\d+(-\d+)?)*$/.test(list)) return undefined;
+  const out: number[] = [];
+  for (const part of list.split(',')) {
+    const [a, b = a] = part.split('-').map(Number);
+    if (b < a || b > 1 << 20 || out.length + b - a + 1 > 1 << 16) return undefined;
+    for (let c = a; c <= b; c++) out.push(c);
+  }
+  return out;
+}
+
+/**
+ * What a rank tells the others about its CPUs (rendezvous/hosts.ts): its list at start, or ''
+ * when WEFT_CORES says how many cores the job has on this host. Ranks a launcher binds to a
+ * core each (srun --cpu-bind=cores, mpirun --bind-to core) see one CPU apiece, so a host's
+ * cores are the union of its ranks' lists, not any one rank's count.
+ */
+export function startCpuList(env: NodeJS.ProcessEnv = process.env): string {
+  return env.WEFT_CORES ? '' : CPUS_AT_START;
+}
 
 /**
  * Cores this job may use on this host: WEFT_CORES when set (a host shared with other work, or

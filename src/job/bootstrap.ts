@@ -13,7 +13,7 @@ import { debugLog } from '../util/debug-log.js';
 import { exchangeHosts } from '../rendezvous/hosts.js';
 import { mayUseFabric, openJobDevice, requestedProvider } from './device-choice.js';
 import { CompletionRouter } from '../nic/completion-router.js';
-import { hostCores, localPlacement } from '../host/placement.js';
+import { hostCores, localPlacement, startCpuList } from '../host/placement.js';
 import type { Device, DeviceOptions, QueuePairOptions } from '../nic/types.js';
 import { Device as TransportDevice, type TransportOptions } from '../transport/device.js';
 import { awaitFailureReaders, connectFullMeshWithExtras, multiGetOrFailure, publishJoinFailure } from '../rendezvous/full-mesh.js';
@@ -87,7 +87,7 @@ export async function joinJob<M extends JobMember>(make: (parts: JobParts) => M,
     const job = prefix.replace(/[^A-Za-z0-9_-]/g, '_').slice(0, 48) || 'weft';
     const storeUrl = typeof options.store === 'string' ? options.store : typeof options.store === 'object' ? undefined : fromEnv?.store;
     const bind = mayUseFabric(requestedProvider(options.device)) ? (options.device?.node ?? (await fabricBindAddress({ storeUrl })).address) : '';
-    const hosts = await exchangeHosts(store, rank, size, { hostId: localIdentity().hostId, hostName: hostname(), address: bind, cores: hostCores() }, wait());
+    const hosts = await exchangeHosts(store, rank, size, { hostId: localIdentity().hostId, hostName: hostname(), address: bind, cores: hostCores(), cpus: startCpuList() }, wait());
     device = await openJobDevice(hosts, rank, { job, label: `rank ${rank}`, ...options.device }, bind);
     debugLog('rank %d of %d: job %s, %s; device %s%s', rank, size, prefix, hosts.spansHosts ? `${hosts.hostIds.length} hosts` : 'one host', device.provider, bind ? `, bind ${bind}` : '');
     const t0 = performance.now();

@@ -7,11 +7,13 @@
  * Record (UTF-8 text, one field per line): 'WHS2', the 32-hex-digit host id (host/identity.ts:
  * same kernel boot and same /dev/shm), the host name, the address this rank's fabric endpoint
  * binds (empty when it has none), the cores the job may use on that host (host/placement.ts:
- * WEFT_CORES, else the rank's affinity before pinning). 'WHS1' had no cores.
+ * WEFT_CORES, else the rank's affinity before pinning), the CPUs it could run on at start (the
+ * kernel's list format, empty with WEFT_CORES or when unknown). 'WHS1' had neither.
  */
 import { WeftError } from '../errors.js';
 import type { WaitOptions } from '../util/deadline.js';
 import { checkWorldSize, multiGetOrFailure } from './full-mesh.js';
+import { MAX_CPU_LIST, parseCpuList } from '../host/placement.js';
 import type { Store } from './store.js';
 
 const MAGIC = 'WHS2';
@@ -27,6 +29,8 @@ export interface RankHost {
   address: string;
   /** The cores the job may use on that host, as this rank sees them (hostCores()). */
   cores: number;
+  /** The CPUs this rank could run on at start ("0-3,8"; '' with WEFT_CORES or unknown: startCpuList()). */
+  cpus: string;
 }
 
 /** Every rank's host and what follows from it. */
@@ -40,9 +44,10 @@ export class HostMap {
   /** `hostIndex[r]`: index of rank r's host in `hostIds`. */
   readonly hostIndex: number[];
   /**
-   * `oversubscribed[h]`: host h runs more ranks than it has cores (the fewest any of its ranks
-   * published). Every rank computes the same from the same records, so plans that depend on it
-   * agree without a message.
+   * `oversubscribed[h]`: host h runs more ranks than it has cores: the CPUs in the union of its
+   * ranks' lists when every one of them published a list (ranks bound to a core each see one
+   * apiece), else the fewest cores any of them published (WEFT_CORES). Every rank computes the
+   * same from the same records, so plans that depend on it agree without a message.
    */
   readonly oversubscribed: boolean[];
 
@@ -66,7 +71,10 @@ export class HostMap {
     this.localSize = ranks.map((h) => seen.get(h.hostId)!.length);
     this.oversubscribed = this.hostIds.map((id) => {
       const here = seen.get(id)!;
-      return here.length > Math.min(...here.map((r) => ranks[r].cores));
+      const lists = here.map((r) => (ranks[r].cpus ? parseCpuList(ranks[r].cpus) : undefined));
+      if (lists.every((l) => l !== undefined)) return here.length > new Set(lists.flat()).size;
+      // A record made without a core count (an older caller of this class) says nothing.
+      return here.length > Math.min(...here.map((r) => (Number.isInteger(ranks[r].cores) && ranks[r].cores >= 1 ? ranks[r].cores : Infinity)));
     });
   }
 
@@ -95,7 +103,9 @@ export class HostMap {
 }
 
 export function encodeRankHost(h: RankHost): Uint8Array {
-  return new TextEncoder().encode(`${MAGIC}\n${h.hostId}\n${h.hostName}\n${h.address}\n${h.cores}`);
+  // WEFT_CORES past what a record may say counts as that many (no host has a million cores).
+  const cores = Math.min(Math.max(1, Math.floor(h.cores) || 1), MAX_CORES);
+  return new TextEncoder().encode(`${MAGIC}\n${h.hostId}\n${h.hostName}\n${h.address}\n${cores}\n${h.cpus}`);
 }
 
 /** Decodes rank `from`'s record; throws EPROTO on malformed bytes. */
@@ -109,13 +119,14 @@ export function decodeRankHost(bytes: Uint8Array, from: number, to: number): Ran
     throw bad('not UTF-8');
   }
   const f = text.split('\n');
-  if (f.length !== 5 || f[0] !== MAGIC) throw bad(f[0] === 'WHS1' ? 'a weft version without cores in it: run the same weft on every host' : 'bad magic or field count');
+  if (f.length !== 6 || f[0] !== MAGIC) throw bad(f[0] === 'WHS1' ? 'a weft version without cores in it: run the same weft on every host' : 'bad magic or field count');
   if (!/^[0-9a-f]{32}$/.test(f[1])) throw bad('bad host id');
   if (f[2].length === 0 || /[\x00-\x1f]/.test(f[2])) throw bad('bad host name');
   if (f[3].length > 64 || /[^0-9a-fA-F:.]/.test(f[3])) throw bad('bad address');
   const cores = /^[1-9][0-9]{0,6}$/.test(f[4]) ? Number(f[4]) : NaN;
   if (!(cores <= MAX_CORES)) throw bad('bad core count');
-  return { hostId: f[1], hostName: f[2], address: f[3], cores };
+  if (f[5].length > MAX_CPU_LIST || (f[5] !== '' && parseCpuList(f[5]) === undefined)) throw bad('bad CPU list');
+  return { hostId: f[1], hostName: f[2], address: f[3], cores, cpus: f[5] };
 }
 
 /**

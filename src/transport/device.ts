@@ -245,7 +245,9 @@ export class Device implements PairHost, CompletionSink, CollectiveTransport {
     } else if (b.opcode[i] === Opcode.RECV_WRITE_IMM) {
       pair.onImm(b.imm[i]);
     } else if (b.opcode[i] === Opcode.WRITE_IMM && b.wrId[i] === ZERO_COPY_WR) {
-      pair.onZeroCopyWritten();
+      // A failure of this pair earlier in the batch waits for endBatch (after ABORT messages):
+      // it may be the write of the oldest zero-copy send, which must not pass for done.
+      if (this.failedPairs.length === 0 || !this.failedPairs.includes(pair)) pair.onZeroCopyWritten();
     }
   }
 

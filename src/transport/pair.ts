@@ -152,10 +152,6 @@ export class Pair {
     return this.remote?.direct;
   }
 
-  get idle(): boolean {
-    return this.sqHead === this.sq.length && this.unwritten.length === 0;
-  }
-
   // ---------------------------------------------------------------- sending
 
   send(op: SendOp): void {
@@ -522,9 +518,10 @@ export class Pair {
     this.current = undefined;
   }
 
-  /** Something in flight involves this peer: a queued send, a posted receive, a message half in. */
+  /** Something in flight involves this peer: a queued or unwritten send, a posted receive, a message half in. */
   get busy(): boolean {
     if (this.sqHead < this.sq.length || this.current) return true;
+    for (const op of this.unwritten) if (!op.settled) return true;
     for (const q of this.posted.values()) for (const op of q) if (!op.settled && (!op.matched || op.persistent)) return true;
     return false;
   }

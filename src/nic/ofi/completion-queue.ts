@@ -32,7 +32,7 @@ export class OfiCompletionQueue implements CompletionQueue {
   /** Progress plus one native poll; writes at most `max` entries at `at`. */
   private pollInto(out: CompletionBatch, at: number, max: number): number {
     const dev = this.dev;
-    dev.flush();
+    dev.submit();
     let n = 0;
     const k = dev.ep.poll(Math.min(max, dev.outCapacity));
     if (k > 0) n = this.translate(k, out, at);

@@ -242,12 +242,20 @@ export class OfiDevice implements Device, QpHost {
   private flushQueued = false;
   private readonly flushTask = (): void => {
     this.flushQueued = false;
-    if (!this.closed) this.flush();
+    if (!this.closed) this.submit();
   };
 
   /** Hands staged commands to libfabric (one native call). */
-  flush(): void {
+  submit(): void {
     if (this.cmds.pending > 0) this.cmds.flush(this.onPostFailed);
+  }
+
+  /**
+   * Device.flush: issues what QPs hold back (operations waiting for credits or order), then
+   * hands everything staged to libfabric, so it moves while the caller works before its poll.
+   */
+  flush(): void {
+    if (!this.closed) this.progress(performance.now());
   }
 
   private readonly onPostFailed = (ctxLo: number, ctxHi: number, errno: number): void => {
@@ -279,7 +287,7 @@ export class OfiDevice implements Device, QpHost {
         qp.checkTimeout(now);
       }
     }
-    this.flush();
+    this.submit();
   }
 
   /** Operations under way, commands or credits not handed over, completions unread (Device). */

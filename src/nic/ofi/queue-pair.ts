@@ -58,7 +58,7 @@ export interface QpHost {
   dirty(qp: OfiQueuePair): void;
   detach(qp: OfiQueuePair): void;
   /** Hands staged commands to libfabric now. */
-  flush(): void;
+  submit(): void;
   /** A deregistered region's last in-flight operation ended: release its registration now. */
   releaseSettled(region: OfiMemoryRegion): void;
 }
@@ -355,7 +355,7 @@ export class OfiQueuePair extends QueuePairBase implements QueuePair {
     if (this.handshakeState !== undefined || this.verifying !== undefined) return;
     this.handshakeState = 'pending';
     this.stageInternal(L.NOP_READ, L.VERIFY + this.qpn * 32, 32, BigInt(L.MR_TABLE), L.CTX_VERIFY);
-    this.host.flush();
+    this.host.submit();
   }
 
   /** Reads the peer's MR-table entry of `remote` into our VERIFY slot. */
