@@ -26,6 +26,7 @@ import { spawn, spawnSync, type ChildProcess, type SpawnOptions } from 'node:chi
 import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { availableParallelism, tmpdir } from 'node:os';
 import path from 'node:path';
+import { parseCpuList } from '../src/host/placement.js';
 
 const PREFIX = 'weftns';
 /** The machine's /dev/shm, where each host's own /dev/shm is a directory. */
@@ -70,12 +71,7 @@ export function hostCpus(i: number, count: number, cores: readonly number[]): nu
 /** The cores of a kernel CPU list ("0-3,8"), or of a process's status text (its Cpus_allowed_list). */
 export function cpuList(text: string): number[] {
   const list = /Cpus_allowed_list:\s*(\S+)/.exec(text)?.[1] ?? text.trim();
-  const out: number[] = [];
-  for (const part of list ? list.split(',') : []) {
-    const [a, b = a] = part.split('-').map(Number);
-    for (let c = a; c <= b; c++) out.push(c);
-  }
-  return out;
+  return parseCpuList(list) ?? [];
 }
 
 /** The cores this process may run on, else 0 .. availableParallelism() - 1. */

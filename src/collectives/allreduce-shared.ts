@@ -181,14 +181,12 @@ export function sharedAllreduceSync(call: SharedCall): boolean {
   const off = chunkOffsets(call);
   const around = reduceAndCross(call, x, off);
   if (across && off[c.rank + 1] > off[c.rank]) across.sync(off[c.rank], off[c.rank + 1] - off[c.rank], around);
-  // The leader has written everyone's output: nobody reads another's arrays any more.
-  if (across?.leaderCopies) {
+  board.exchangeSync(EMPTY, c.sig, c);
+  // With leaderCopies the leader has written everyone's output: that board call was the last.
+  if (!across?.leaderCopies) {
+    gatherTheirs(call, x, off);
     board.exchangeSync(EMPTY, c.sig, c);
-    return true;
   }
-  board.exchangeSync(EMPTY, c.sig, c);
-  gatherTheirs(call, x, off);
-  board.exchangeSync(EMPTY, c.sig, c);
   return true;
 }
 
@@ -202,13 +200,11 @@ export function sharedAllreduce(call: SharedCall): Promise<boolean> {
     const off = chunkOffsets(call);
     const around = reduceAndCross(call, x, off);
     if (across && off[c.rank + 1] > off[c.rank]) await across.async(off[c.rank], off[c.rank + 1] - off[c.rank], around);
-    if (across?.leaderCopies) {
+    await held(EMPTY, c.sig, c);
+    if (!across?.leaderCopies) {
+      gatherTheirs(call, x, off);
       await held(EMPTY, c.sig, c);
-      return true;
     }
-    await held(EMPTY, c.sig, c);
-    gatherTheirs(call, x, off);
-    await held(EMPTY, c.sig, c);
     return true;
   });
 }

@@ -247,7 +247,7 @@ export class Device implements PairHost, CompletionSink, CollectiveTransport {
     } else if (b.opcode[i] === Opcode.WRITE_IMM && b.wrId[i] === ZERO_COPY_WR) {
       // A failure of this pair earlier in the batch waits for endBatch (after ABORT messages):
       // it may be the write of the oldest zero-copy send, which must not pass for done.
-      if (this.failedPairs.length === 0 || !this.failedPairs.includes(pair)) pair.onZeroCopyWritten();
+      if (!this.failedPairs.includes(pair)) pair.onZeroCopyWritten();
     }
   }
 
