@@ -1,7 +1,8 @@
 /**
  * SVG charts of `weft bench collectives` with Vega-Lite, rendered headless as bench/lib/plot.ts
  * does: allreduce bus bandwidth and latency against size, log scales, one line per system and
- * transport, one panel per np. The memory floor (np=2) is drawn as its own line.
+ * transport, one panel per np. The floors (memory at np=2; the link between emulated hosts at
+ * the job's np) are drawn as dashed lines.
  *
  * Re-plot a results file: node dist/bench/collectives/plot.js <collectives-*.json> <out dir>
  */
@@ -13,7 +14,8 @@ import type { CollectiveResult } from './metrics.js';
 import { renderSvg as render } from '../lib/svg.js';
 
 function series(r: CollectiveResult): string {
-  return r.system === 'floor' ? `memory floor (${r.provider})` : `${r.system} ${r.provider}`;
+  if (r.system !== 'floor') return `${r.system} ${r.provider}`;
+  return r.provider === 'tcp-link' ? 'link floor (tcp, the bytes each way)' : `memory floor (${r.provider})`;
 }
 
 /** At most 8 of the measured sizes, evenly spaced, the largest always among them. */

@@ -4,7 +4,8 @@
  * demand into build/peers/ and rebuilt when the source is newer than the binary.
  *
  *   detect()                 which peers this machine has, with the reason when one is missing
- *   buildPeer('gloo'|'mpi')  compiles a harness if needed, returns the binary
+ *   buildPeer('gloo'|'mpi'|'tcp-link')  compiles a harness if needed, returns the binary
+ *                            (tcp-link.c: the bare link between emulated hosts, a floor, not a peer)
  *   runGloo({np, ...})       np gloo-bench processes, tcp transport on 127.0.0.1, FileStore rendezvous
  *   runMpi({np, btl, ...})   mpirun mpi-bench, pml ob1 with BTLs self,vader ('sm') or self,tcp over lo ('tcp')
  *
@@ -79,11 +80,18 @@ export const DEFAULT_BIN_DIR = packageRoot.split(path.sep).includes('node_module
   ? path.join(process.env.XDG_CACHE_HOME ?? path.join(homedir(), '.cache'), 'weftjs', 'peers')
   : path.join(packageRoot, 'build', 'peers');
 
-const SOURCES: Record<PeerName, string> = { gloo: 'gloo-bench.cc', mpi: 'mpi-bench.c' };
-const BINARIES: Record<PeerName, string> = { gloo: 'gloo-bench', mpi: 'mpi-bench' };
+/** The harnesses buildPeer compiles: the peers, and the bare TCP link between emulated hosts (tcp-link.c). */
+export type HarnessName = PeerName | 'tcp-link';
+
+const SOURCES: Record<HarnessName, string> = { gloo: 'gloo-bench.cc', mpi: 'mpi-bench.c', 'tcp-link': 'tcp-link.c' };
+const BINARIES: Record<HarnessName, string> = { gloo: 'gloo-bench', mpi: 'mpi-bench', 'tcp-link': 'tcp-link' };
 
 function cxx(): string {
   return process.env.CXX || 'g++';
+}
+
+function cc(): string {
+  return process.env.CC || 'gcc';
 }
 
 /** WEFT_GLOO_PREFIX: a Gloo installed outside the compiler's default paths (e.g. /opt/gloo). */
@@ -154,7 +162,7 @@ export interface PeerBuild {
  * Compiles to a temporary name and renames, so concurrent builds never see half a binary.
  * Rejects with the compiler's output when compilation fails.
  */
-export async function buildPeer(name: PeerName, opts: { binDir?: string; force?: boolean } = {}): Promise<PeerBuild> {
+export async function buildPeer(name: HarnessName, opts: { binDir?: string; force?: boolean } = {}): Promise<PeerBuild> {
   const src = path.join(SOURCE_DIR, SOURCES[name]);
   const dir = opts.binDir ?? DEFAULT_BIN_DIR;
   const binary = path.join(dir, BINARIES[name]);
@@ -169,9 +177,12 @@ export async function buildPeer(name: PeerName, opts: { binDir?: string; force?:
     const { cflags, libs } = glooFlags();
     cmd = cxx();
     args = ['-O2', '-std=c++17', '-Wall', ...cflags, '-o', tmp, src, ...libs, '-pthread'];
-  } else {
+  } else if (name === 'mpi') {
     cmd = 'mpicc';
     args = ['-O2', '-Wall', '-o', tmp, src, '-lm'];
+  } else {
+    cmd = cc();
+    args = ['-O2', '-Wall', '-o', tmp, src];
   }
   const command = [cmd, ...args].join(' ');
   const { code, output } = await new Promise<{ code: number | null; output: string }>((resolve) => {

@@ -232,3 +232,28 @@ export function describe(results: LaunchResult[]): string {
     })
     .join('\n');
 }
+
+/**
+ * Waits for one child already started in a process group of its own (detached, as
+ * EmulatedHosts.spawn starts them); kills the group at the timeout. For processes started
+ * elsewhere than runAll (inside an emulated host's namespaces).
+ */
+export function finished(child: ChildProcess, label: string, timeoutMs: number): Promise<LaunchResult> {
+  let stdout = '';
+  let stderr = '';
+  child.stdout?.on('data', (d) => (stdout += d));
+  child.stderr?.on('data', (d) => (stderr = (stderr + d).slice(-TAIL_CHARS)));
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => {
+      try {
+        process.kill(-(child.pid as number), 'SIGKILL');
+      } catch {
+        // the group is gone already
+      }
+    }, timeoutMs);
+    child.on('exit', (code, signal) => {
+      clearTimeout(timer);
+      resolve({ label, code, signal, stdout, stderrTail: stderr });
+    });
+  });
+}

@@ -2,15 +2,19 @@
  * The Gloo and Open MPI harnesses of `weft bench collectives` (bench/peers/): built from
  * source into a scratch directory, run at np=2 on two tiny allreduces, and killed cleanly
  * when a run outlives its timeout. Each part skips, saying why, when its peer is not
- * installed (libgloo-dev and g++; libopenmpi-dev and openmpi-bin).
+ * installed (libgloo-dev and g++; libopenmpi-dev and openmpi-bin). Also the link-floor
+ * harness (tcp-link.c, gcc), between two processes on loopback.
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
+import { createServer } from 'node:net';
 import { mkdtempSync, rmSync, statSync, utimesSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { buildPeer, detect, runGloo, runMpi, PeerRunError, type PeerRow } from '../../bench/peers/index.js';
+import { finished } from '../../bench/peers/spawn.js';
+import { parseLinkRows } from '../../bench/collectives/link-floor.js';
 
 const binDir = mkdtempSync(path.join(tmpdir(), 'weft-peers-test-'));
 const avail = detect();
@@ -71,6 +75,52 @@ test('openmpi: a run past its timeout leaves no rank behind', async () => {
   assert.instance(err, PeerRunError);
   assert.match((err as Error).message, /timed out after 1000 ms/);
   assert.equal(await gone(), []);
+});
+
+function haveGcc(): boolean {
+  return spawnSync(process.env.CC || 'gcc', ['--version']).status === 0;
+}
+
+/** A TCP port free on 127.0.0.1 a moment ago. */
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer().listen(0, '127.0.0.1', () => {
+      const { port } = srv.address() as { port: number };
+      srv.close(() => resolve(port));
+    });
+    srv.on('error', reject);
+  });
+}
+
+function runLink(binary: string, role: string, args: string[], timeoutMs = 20_000) {
+  return finished(spawn(binary, ['--role', role, ...args], { stdio: ['ignore', 'pipe', 'pipe'], detached: true }), `tcp-link ${role}`, timeoutMs);
+}
+
+test('tcp-link: both processes send and receive each size at once; one checked row per size', async () => {
+  if (!haveGcc()) return console.log('  (skipped: no C compiler; apt-get install gcc)');
+  const { binary } = await buildPeer('tcp-link', { binDir });
+  const args = ['--addr', '127.0.0.1', '--port', String(await freePort()), '--sizes', '1048576,3145728', '--iters', '3', '--warmup', '1', '--timeout-ms', '15000'];
+  const [server, client] = await Promise.all([runLink(binary, 'server', args), runLink(binary, 'client', args)]);
+  assert.equal([server.code, client.code], [0, 0], `${server.stderrTail}${client.stderrTail}`);
+  assert.equal(server.stdout, '', 'only the client prints rows');
+  const rows = parseLinkRows(client.stdout, [1 << 20, 3 << 20], 4);
+  assert.equal(rows.map((r) => [r.system, r.provider, r.op, r.np, r.bytes, r.iters]), [
+    ['floor', 'tcp-link', 'allreduce', 4, 1 << 20, 3],
+    ['floor', 'tcp-link', 'allreduce', 4, 3 << 20, 3],
+  ]);
+  for (const r of rows) assert.ok(r.min_us > 0 && r.min_us <= r.median_us && r.median_us <= r.p90_us, JSON.stringify(r));
+  assert.throws(() => parseLinkRows(client.stdout, [1 << 20], 4), /expected rows for 1048576 bytes/);
+});
+
+test('tcp-link: a client with no server stops at its timeout; bad flags get the usage', async () => {
+  if (!haveGcc()) return console.log('  (skipped: no C compiler; apt-get install gcc)');
+  const { binary } = await buildPeer('tcp-link', { binDir });
+  const lonely = await runLink(binary, 'client', ['--addr', '127.0.0.1', '--port', String(await freePort()), '--sizes', '1048576', '--timeout-ms', '300']);
+  assert.equal(lonely.code, 1);
+  assert.match(lonely.stderrTail, /tcp-link \(client\): timed out \(--timeout-ms\); is the peer running and reachable\?/);
+  const bad = await runLink(binary, 'sideways', ['--addr', '127.0.0.1', '--port', '1', '--sizes', '8']);
+  assert.equal(bad.code, 1);
+  assert.match(bad.stderrTail, /usage: tcp-link --role server\|client/);
 });
 
 test.after(() => rmSync(binDir, { recursive: true, force: true }));

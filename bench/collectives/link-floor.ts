@@ -1,0 +1,55 @@
+/**
+ * The link floor of an allreduce across two emulated hosts, measured in the same run as the
+ * systems it bounds: bench/peers/tcp-link.c on host 0 and host 1, one TCP connection, S bytes
+ * each way at once for each allreduce size S. Every allreduce between two hosts moves at least
+ * that (each host needs S bytes' worth of the other's partial sums), so no implementation over
+ * this link is faster, and Gloo's time over the floor bounds the "x Gloo" any could reach here.
+ *
+ * Rows: system 'floor', provider 'tcp-link', op 'allreduce', np the job's ranks (the rows they
+ * bound), sizes from FLOOR_MIN_BYTES (below it, latency and not the link's bandwidth decides).
+ */
+import type { EmulatedHosts } from '../../harness/emulated-hosts.js';
+import { buildPeer } from '../peers/index.js';
+import { describe, finished } from '../peers/spawn.js';
+import { FLOOR_MIN_BYTES } from './floor.js';
+import { caseBytes, withBandwidth, type CollectiveResult, type CollectiveRow } from './metrics.js';
+
+/** The provider name of the rows. */
+export const LINK_FLOOR = 'tcp-link';
+/** A port on host 0's address that nothing else in the bench listens on. */
+const PORT = 29611;
+
+export interface LinkFloorOptions {
+  /** Requested allreduce sizes (as the sweep's); only those from FLOOR_MIN_BYTES are measured. */
+  sizes: number[];
+  /** Ranks of the job whose allreduce rows the floor is set against. */
+  np: number;
+  iters: number;
+  timeoutMs: number;
+}
+
+/** The client's rows, checked: one per measured size, in order, every number finite. */
+export function parseLinkRows(stdout: string, bytes: number[], np: number): CollectiveResult[] {
+  const rows = stdout
+    .split('\n')
+    .filter((l) => l.startsWith('{'))
+    .map((l) => JSON.parse(l) as CollectiveRow);
+  const bad = rows.find((r) => r.system !== 'floor' || r.provider !== LINK_FLOOR || ![r.bytes, r.median_us, r.min_us, r.p90_us].every(Number.isFinite));
+  if (bad) throw new Error(`tcp-link: malformed row ${JSON.stringify(bad)}`);
+  if (rows.map((r) => r.bytes).join(',') !== bytes.join(',')) throw new Error(`tcp-link: expected rows for ${bytes.join(',')} bytes, got ${rows.map((r) => r.bytes).join(',') || 'none'}`);
+  return rows.map((r) => withBandwidth({ ...r, np }));
+}
+
+/** Measures the link floor between host 0 and host 1 of `h`; [] when no size reaches FLOOR_MIN_BYTES. */
+export async function measureLinkFloor(h: EmulatedHosts, o: LinkFloorOptions): Promise<CollectiveResult[]> {
+  const bytes = [...new Set(o.sizes.map((s) => caseBytes('allreduce', s, o.np)).filter((b) => b >= FLOOR_MIN_BYTES))].sort((a, b) => a - b);
+  if (bytes.length === 0 || h.hosts.length < 2) return [];
+  const { binary } = await buildPeer('tcp-link');
+  const common = ['--addr', h.hosts[0].address, '--port', String(PORT), '--sizes', bytes.join(','), '--iters', String(o.iters), '--timeout-ms', String(o.timeoutMs)];
+  // The harness stops itself at --timeout-ms; the kill is for a harness that hangs anyway.
+  const server = finished(h.spawn(0, binary, ['--role', 'server', ...common]), 'tcp-link server (host 0)', o.timeoutMs + 5_000);
+  const client = finished(h.spawn(1, binary, ['--role', 'client', ...common]), 'tcp-link client (host 1)', o.timeoutMs + 5_000);
+  const results = await Promise.all([server, client]);
+  if (results.some((r) => r.code !== 0)) throw new Error(`tcp-link between hosts 0 and 1 failed:\n${describe(results)}`);
+  return parseLinkRows(results[1].stdout, bytes, o.np);
+}

@@ -1,0 +1,189 @@
+/*
+ * tcp-link: the bare link between two emulated hosts, for `weft bench collectives --hosts`.
+ *
+ * One process per host, one TCP connection between them. For each size S, both sides send S
+ * bytes and receive S bytes at once, from and into plain heap buffers: what any allreduce of S
+ * bytes between two hosts must move at least (each host needs S bytes' worth of the other's
+ * partial sums, and sends as much), with no reduction, no copies and no protocol. Its time is
+ * a floor for a 2-host allreduce on this link, and Gloo's time over it bounds the ratio any
+ * implementation could reach against Gloo.
+ *
+ * The client prints one JSON row per size (system "floor", provider "tcp-link", np 2): the
+ * median, minimum and p90 over iterations of the slower side's time.
+ *
+ *   tcp-link --role server|client --addr A --port P --sizes 1048576,... [--iters 9]
+ *            [--warmup 2] [--timeout-ms 60000]
+ *
+ * Both sides write in 64 KiB pieces and read whatever has arrived between them: a loop that
+ * handed the kernel the whole remaining buffer at once blocked in one direction while the
+ * other side's data waited, and took up to 1.6x as long (16 MiB each way, 2026-12-06).
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define PIECE (64 * 1024)
+#define MAX_SIZES 64
+
+static const char* g_role = "?";
+static double g_deadline_ms;
+
+static void die(const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "tcp-link (%s): ", g_role);
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n");
+  va_end(ap);
+  exit(1);
+}
+
+static double now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+static int remaining_ms(void) {
+  double left = g_deadline_ms - now_ms();
+  if (left <= 0) die("timed out (--timeout-ms); is the peer running and reachable?");
+  return left > 1000 ? 1000 : (int)left + 1;
+}
+
+static int sock_setup(int s) {
+  int one = 1;
+  if (setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0) return -1;
+  return fcntl(s, F_SETFL, fcntl(s, F_GETFL) | O_NONBLOCK);
+}
+
+static int connect_peer(const char* role, const struct sockaddr_in* a) {
+  if (strcmp(role, "server") == 0) {
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(l, (const struct sockaddr*)a, sizeof *a) != 0) die("bind: %s", strerror(errno));
+    if (listen(l, 1) != 0) die("listen: %s", strerror(errno));
+    for (;;) {
+      struct pollfd p = {l, POLLIN, 0};
+      if (poll(&p, 1, remaining_ms()) > 0) break;
+    }
+    int s = accept(l, NULL, NULL);
+    if (s < 0) die("accept: %s", strerror(errno));
+    close(l);
+    return s;
+  }
+  for (;;) {
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    if (connect(s, (const struct sockaddr*)a, sizeof *a) == 0) return s;
+    close(s);
+    remaining_ms();
+    usleep(20000);
+  }
+}
+
+/* Sends `n` bytes of `out` and receives `n` into `in` at once. */
+static void exchange(int s, const char* out, char* in, size_t n) {
+  size_t sent = 0, got = 0;
+  while (sent < n || got < n) {
+    struct pollfd p = {s, (short)((sent < n ? POLLOUT : 0) | (got < n ? POLLIN : 0)), 0};
+    int k = poll(&p, 1, remaining_ms());
+    if (k < 0 && errno != EINTR) die("poll: %s", strerror(errno));
+    if (p.revents & (POLLERR | POLLHUP) && !(p.revents & POLLIN)) die("the peer closed the connection");
+    if (sent < n && (p.revents & POLLOUT)) {
+      size_t m = n - sent < PIECE ? n - sent : PIECE;
+      ssize_t w = send(s, out + sent, m, MSG_NOSIGNAL);
+      if (w > 0) sent += (size_t)w;
+      else if (w < 0 && errno != EAGAIN && errno != EINTR) die("send: %s", strerror(errno));
+    }
+    if (got < n && (p.revents & POLLIN)) {
+      ssize_t r = recv(s, in + got, n - got, 0);
+      if (r > 0) got += (size_t)r;
+      else if (r == 0) die("the peer closed the connection after %zu of %zu bytes", got, n);
+      else if (errno != EAGAIN && errno != EINTR) die("recv: %s", strerror(errno));
+    }
+  }
+}
+
+static int cmp_double(const void* a, const void* b) {
+  double x = *(const double*)a, y = *(const double*)b;
+  return x < y ? -1 : x > y;
+}
+
+int main(int argc, char** argv) {
+  const char* addr = NULL;
+  int port = 0, iters = 9, warmup = 2;
+  double timeout_ms = 60000;
+  size_t sizes[MAX_SIZES];
+  int nsizes = 0;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const char* k = argv[i];
+    const char* v = argv[i + 1];
+    if (!strcmp(k, "--role")) g_role = v;
+    else if (!strcmp(k, "--addr")) addr = v;
+    else if (!strcmp(k, "--port")) port = atoi(v);
+    else if (!strcmp(k, "--iters")) iters = atoi(v);
+    else if (!strcmp(k, "--warmup")) warmup = atoi(v);
+    else if (!strcmp(k, "--timeout-ms")) timeout_ms = atof(v);
+    else if (!strcmp(k, "--sizes")) {
+      for (char* tok = strtok((char*)v, ","); tok && nsizes < MAX_SIZES; tok = strtok(NULL, ",")) sizes[nsizes++] = strtoull(tok, NULL, 10);
+    } else die("unknown flag %s", k);
+  }
+  int server = strcmp(g_role, "server") == 0;
+  if ((!server && strcmp(g_role, "client") != 0) || !addr || port <= 0 || port > 65535 || iters < 1 || warmup < 0 || nsizes == 0)
+    die("usage: tcp-link --role server|client --addr A --port P --sizes S1,S2 [--iters 9] [--warmup 2] [--timeout-ms 60000]");
+  for (int i = 0; i < nsizes; i++) if (sizes[i] == 0) die("sizes must be positive");
+  g_deadline_ms = now_ms() + timeout_ms;
+  struct sockaddr_in a;
+  memset(&a, 0, sizeof a);
+  a.sin_family = AF_INET;
+  a.sin_port = htons((uint16_t)port);
+  if (inet_pton(AF_INET, addr, &a.sin_addr) != 1) die("--addr %s is not an IPv4 address", addr);
+  int s = connect_peer(g_role, &a);
+  if (sock_setup(s) != 0) die("socket options: %s", strerror(errno));
+  const unsigned char me = server ? 1 : 2, them = server ? 2 : 1;
+  double* times = malloc(sizeof(double) * (size_t)iters);
+  for (int z = 0; z < nsizes; z++) {
+    size_t n = sizes[z];
+    char* out = malloc(n);
+    char* in = malloc(n);
+    if (!out || !in || !times) die("out of memory for %zu bytes", n);
+    for (size_t i = 0; i < n; i++) out[i] = (char)(i * 7 + me);
+    memset(in, 0, n);
+    for (int it = 0; it < warmup + iters; it++) {
+      char x = 0, y;
+      exchange(s, &x, &y, 1);  // both sides start together
+      double t0 = now_ms();
+      exchange(s, out, in, n);
+      double mine = now_ms() - t0, theirs;
+      exchange(s, (const char*)&mine, (char*)&theirs, sizeof mine);
+      if (it >= warmup) times[it - warmup] = mine > theirs ? mine : theirs;
+    }
+    for (size_t i = 0; i < n; i++)
+      if ((unsigned char)in[i] != (unsigned char)(i * 7 + them)) die("byte %zu of %zu arrived wrong", i, n);
+    qsort(times, (size_t)iters, sizeof(double), cmp_double);
+    if (!server) {
+      int p90 = (iters * 9 + 9) / 10 - 1;
+      printf("{\"system\":\"floor\",\"op\":\"allreduce\",\"np\":2,\"provider\":\"tcp-link\",\"bytes\":%zu,\"iters\":%d,\"median_us\":%.3f,\"min_us\":%.3f,\"p90_us\":%.3f,"
+             "\"impl\":\"%zu bytes each way at once over one TCP connection between two hosts (C, 64 KiB writes)\"}\n",
+             n, iters, times[iters / 2] * 1e3, times[0] * 1e3, times[p90 < 0 ? 0 : p90] * 1e3, n);
+      fflush(stdout);
+    }
+    free(out);
+    free(in);
+  }
+  free(times);
+  close(s);
+  return 0;
+}
