@@ -9,8 +9,8 @@
  * - Open MPI over the same namespaces (mpirun in host 0 starts its daemons on the others
  *   through the harness's rsh agent; ob1 with vader inside a host and tcp on eth0 between);
  * - Gloo's tcp transport (one process per rank on its host, listening on the host's address);
- * - for allreduce from 1 MiB, the link floor (link-floor.ts): the bare TCP transfer of the
- *   bytes any 2-host allreduce moves, between hosts 0 and 1.
+ * - for allreduce from 1 MiB, the floors (link-floor.ts): the bare TCP transfer of the bytes
+ *   any 2-host allreduce moves, between hosts 0 and 1, and the memory work of a host's core.
  * Needs root (namespaces). Prints a table per op with ratios and the issue's targets; writes
  * JSON and SVG like the one-host sweep.
  */
@@ -27,7 +27,7 @@ import { resultsDir, table } from '../lib/stats.js';
 import { aggregate, type AggregatedRow } from './aggregate.js';
 import { withBandwidth, type CollectiveResult, type CollectiveRow } from './metrics.js';
 import { ROW_PREFIX, type RankPlan } from './plan.js';
-import { LINK_FLOOR, measureLinkFloor } from './link-floor.js';
+import { hostFloor, LINK_FLOOR, measureLinkFloor, measureMemoryFloor } from './link-floor.js';
 import { formatSize, formatUs } from './report.js';
 
 const RANK_SCRIPT = path.join(path.dirname(fileURLToPath(import.meta.url)), 'rank.js');
@@ -127,10 +127,10 @@ export function hostsTables(rows: AggregatedRow[]): string {
   const out: string[] = [];
   for (const op of [...new Set(rows.map((r) => r.op))]) {
     const sizes = [...new Set(rows.filter((r) => r.op === op && r.system.startsWith('weft')).map((r) => r.bytes))].sort((a, b) => a - b);
-    // The link floor (allreduce from 1 MiB): the bare transfer every 2-host allreduce makes, and
-    // Gloo's time over it, the most "vs gloo" any implementation could show on this link.
+    // The floors (allreduce from 1 MiB, link-floor.ts): the bare transfer every 2-host allreduce
+    // makes, that plus the memory work of a host's core, and Gloo's time over the latter.
     const withLink = rows.some((r) => r.op === op && r.system === 'floor' && r.provider === LINK_FLOOR);
-    const header = ['size', 'weft', 'weft-sync', 'flat ofi', 'openmpi', 'gloo', 'vs openmpi', 'vs gloo', 'vs flat ofi', ...(withLink ? ['link floor', 'gloo / floor'] : [])];
+    const header = ['size', 'weft', 'weft-sync', 'flat ofi', 'openmpi', 'gloo', 'vs openmpi', 'vs gloo', 'vs flat ofi', ...(withLink ? ['link floor', 'host floor', 'gloo / host floor'] : [])];
     const body = sizes.map((b) => {
       const w = get('weft', HOSTS, op, b);
       const s = get('weft-sync', HOSTS, op, b);
@@ -138,11 +138,14 @@ export function hostsTables(rows: AggregatedRow[]): string {
       const flat = get('weft', HOSTS_FLAT, op, b) ?? get('weft-sync', HOSTS_FLAT, op, b);
       const mpi = get('openmpi', HOSTS, op, b);
       const gloo = get('gloo', HOSTS, op, b);
-      const link = get('floor', LINK_FLOOR, op, b);
       const cells = [op === 'barrier' ? '-' : formatSize(b), formatUs(w?.median_us), formatUs(s?.median_us), formatUs(flat?.median_us), formatUs(mpi?.median_us), formatUs(gloo?.median_us), ratio(mpi, best), ratio(gloo, best), ratio(flat, best)];
-      return withLink ? [...cells, formatUs(link?.median_us), ratio(gloo, link)] : cells;
+      if (!withLink) return cells;
+      const link = get('floor', LINK_FLOOR, op, b);
+      const host = hostFloor(rows, b);
+      return [...cells, formatUs(link?.median_us), formatUs(host?.total), gloo && host ? `${(gloo.median_us / host.total).toFixed(2)}x` : '-'];
     });
-    out.push(`${op} across emulated hosts (median of the max over ranks; ratios: peer time / weft's better API)\n${table(header, body)}`);
+    const legend = withLink ? `\nlink floor: the bytes any 2-host allreduce moves, each way at once over one TCP connection (tcp-link);\nhost floor: that plus one sum-kernel pass and one memcpy of the array on one core, as an emulated host's core must do` : '';
+    out.push(`${op} across emulated hosts (median of the max over ranks; ratios: peer time / weft's better API)\n${table(header, body)}${legend}`);
   }
   return out.join('\n\n');
 }
@@ -171,10 +174,10 @@ export function hostsTargets(rows: AggregatedRow[]): string[] {
   const verdict = (w: { x: number; at: number } | undefined, need: number) => (w ? `worst ${w.x.toFixed(2)}x at ${formatSize(w.at)}: ${w.x >= need ? 'met' : 'NOT met'}` : 'not measured');
   lines.push(`  hierarchical allreduce >= 1.0x Open MPI at every size >= 64 KiB: ${verdict(worst('openmpi', HOSTS, 64 << 10), 1)}`);
   const g = worst('gloo', HOSTS, 0);
-  const link = g && ar('floor', LINK_FLOOR, g.at);
+  const floor = g && hostFloor(rows, g.at);
   const glooAt = g && ar('gloo', HOSTS, g.at);
-  // Not met where even the bare link is not 3x faster than Gloo: say so, from this run.
-  const bound = g && g.x < 3 && link && glooAt ? ` (the link floor there is ${formatUs(link.median_us)}: Gloo / floor = ${(glooAt.median_us / link.median_us).toFixed(2)}x)` : '';
+  // Where it is not met, how far the floors of this run would allow.
+  const bound = g && g.x < 3 && floor && glooAt ? ` (host floor there ${formatUs(floor.total)} = link ${formatUs(floor.link)} + sum ${formatUs(floor.sum)} + copy ${formatUs(floor.copy)}: Gloo / host floor = ${(glooAt.median_us / floor.total).toFixed(2)}x)` : '';
   lines.push(`  hierarchical allreduce >= 3x Gloo tcp at every size: ${verdict(g, 3)}${bound}`);
   const mib = best(1 << 20);
   const flat = ar('weft', HOSTS_FLAT, 1 << 20) ?? ar('weft-sync', HOSTS_FLAT, 1 << 20);
@@ -218,7 +221,10 @@ export async function benchCollectivesOnHosts(o: HostsBenchOptions): Promise<{ r
       if (o.runs > 1) process.stderr.write(`run ${run} of ${o.runs}\n`);
       await attempt('weft (hierarchical)', () => runWeftOnHosts(h, o, false));
       await attempt('weft (flat, all ofi)', () => runWeftOnHosts(h, o, true));
-      if (o.ops.includes('allreduce')) await attempt('link floor (tcp-link)', () => measureLinkFloor(h, { sizes: o.sizes, np: o.hosts * o.perHost, iters: 9, timeoutMs: o.timeoutMs }));
+      if (o.ops.includes('allreduce')) {
+        await attempt('link floor (tcp-link)', () => measureLinkFloor(h, { sizes: o.sizes, np: o.hosts * o.perHost, iters: 9, timeoutMs: o.timeoutMs }));
+        await attempt('memory floor', async () => measureMemoryFloor(o.sizes, o.hosts * o.perHost));
+      }
       if (!wantMpi) {
         // not asked for (--peers)
       } else if (avail.mpi.available) await attempt('openmpi', () => runMpiOnHosts(h, o));

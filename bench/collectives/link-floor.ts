@@ -7,11 +7,15 @@
  *
  * Rows: system 'floor', provider 'tcp-link', op 'allreduce', np the job's ranks (the rows they
  * bound), sizes from FLOOR_MIN_BYTES (below it, latency and not the link's bandwidth decides).
+ *
+ * The host floor adds what a host must do besides: with one core per emulated host, that core
+ * also sums its ranks' arrays (one pass of the sum kernel) and writes the result into the
+ * second rank's output (one memcpy); floor.ts measures both in the same run.
  */
 import type { EmulatedHosts } from '../../harness/emulated-hosts.js';
 import { buildPeer } from '../peers/index.js';
 import { describe, finished } from '../peers/spawn.js';
-import { FLOOR_MIN_BYTES } from './floor.js';
+import { FLOOR_MIN_BYTES, measureFloor } from './floor.js';
 import { caseBytes, withBandwidth, type CollectiveResult, type CollectiveRow } from './metrics.js';
 
 /** The provider name of the rows. */
@@ -52,4 +56,27 @@ export async function measureLinkFloor(h: EmulatedHosts, o: LinkFloorOptions): P
   const results = await Promise.all([server, client]);
   if (results.some((r) => r.code !== 0)) throw new Error(`tcp-link between hosts 0 and 1 failed:\n${describe(results)}`);
   return parseLinkRows(results[1].stdout, bytes, o.np);
+}
+
+/** The memory floor (floor.ts: sum kernel and memcpy on one core) with the job's np, so its rows sit beside the job's. */
+export function measureMemoryFloor(sizes: number[], np: number): CollectiveResult[] {
+  return measureFloor(sizes).map((r) => ({ ...r, np }));
+}
+
+/** The parts of the host floor at one size, and their sum; undefined unless all three were measured. */
+export interface HostFloor {
+  link: number;
+  sum: number;
+  copy: number;
+  total: number;
+}
+
+/** The host floor (us) at `bytes` from a run's rows: link + one sum-kernel pass + one memcpy. */
+export function hostFloor(rows: readonly CollectiveResult[], bytes: number): HostFloor | undefined {
+  const us = (provider: string) => rows.find((r) => r.system === 'floor' && r.op === 'allreduce' && r.provider === provider && r.bytes === bytes)?.median_us;
+  const link = us(LINK_FLOOR);
+  const sum = us('sum-kernel');
+  const copy = us('memcpy');
+  if (link === undefined || sum === undefined || copy === undefined) return undefined;
+  return { link, sum, copy, total: link + sum + copy };
 }

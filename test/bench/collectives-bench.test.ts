@@ -51,7 +51,7 @@ test('weft side at np=2: JSON rows with the required fields, one per system, op 
 });
 
 // Across emulated hosts (root only): the command runs weft hierarchical and flat, honours
-// --peers none, measures the link floor from 1 MiB (tcp-link between hosts 0 and 1), and prints
+// --peers none, measures the floors from 1 MiB (tcp-link between hosts 0 and 1, memory), and prints
 // a table with a row per size even with the blocking variant alone.
 const noHosts = EmulatedHosts.unavailable();
 if (noHosts) console.log(`collectives bench --hosts: skipped (${noHosts})`);
@@ -64,14 +64,14 @@ else
     const saved = JSON.parse(readFileSync(out, 'utf8')) as { rows: { system: string; provider: string; op: string; bytes: number; np: number }[]; meta: { failures: string[] } };
     assert.equal(
       saved.rows.map((x) => `${x.system} ${x.provider} ${x.bytes} np=${x.np}`).sort(),
-      ['floor tcp-link 1048576 np=4', 'weft-sync hosts 1048576 np=4', 'weft-sync hosts 4096 np=4', 'weft-sync hosts 8 np=4', 'weft-sync hosts-flat-ofi 1048576 np=4', 'weft-sync hosts-flat-ofi 4096 np=4', 'weft-sync hosts-flat-ofi 8 np=4'],
+      ['floor memcpy 1048576 np=4', 'floor sum-kernel 1048576 np=4', 'floor tcp-link 1048576 np=4', 'weft-sync hosts 1048576 np=4', 'weft-sync hosts 4096 np=4', 'weft-sync hosts 8 np=4', 'weft-sync hosts-flat-ofi 1048576 np=4', 'weft-sync hosts-flat-ofi 4096 np=4', 'weft-sync hosts-flat-ofi 8 np=4'],
     );
     assert.equal(saved.meta.failures, []);
-    assert.match(r.stdout, /link floor +gloo \/ floor/);
+    assert.match(r.stdout, /link floor +host floor +gloo \/ host floor/);
     assert.match(r.stdout, /^8 B +- +\d.* - +-$/m);
     assert.match(r.stdout, /^4 KiB +- +\d/m);
-    // weft's time, then (no Gloo) the floor's time and no ratio.
-    assert.match(r.stdout, /^1 MiB +- +\d.* \d+(\.\d+)? ms +-$/m);
+    // weft's time, then (no Gloo) the floors' times and no ratio.
+    assert.match(r.stdout, /^1 MiB +- +\d.* \d+(\.\d+)? ms +\d+(\.\d+)? ms +-$/m);
   });
 
 test.after(() => rmSync(dir, { recursive: true, force: true }));
