@@ -182,7 +182,7 @@ export async function buildPeer(name: HarnessName, opts: { binDir?: string; forc
     args = ['-O2', '-Wall', '-o', tmp, src, '-lm'];
   } else {
     cmd = cc();
-    args = ['-O2', '-Wall', '-o', tmp, src];
+    args = ['-O2', '-Wall', '-o', tmp, src, '-pthread'];
   }
   const command = [cmd, ...args].join(' ');
   const { code, output } = await new Promise<{ code: number | null; output: string }>((resolve) => {

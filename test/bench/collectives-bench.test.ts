@@ -71,7 +71,7 @@ else
     assert.match(r.stdout, /^8 B +- +\d.* - +-$/m);
     assert.match(r.stdout, /^4 KiB +- +\d/m);
     // weft's time, then (no Gloo) the floors' times and no ratio.
-    assert.match(r.stdout, /^1 MiB +- +\d.* \d+(\.\d+)? ms +\d+(\.\d+)? ms +-$/m);
+    assert.match(r.stdout, /^1 MiB +- +\d.* \d+(\.\d+)? [mu]s +\d+(\.\d+)? [mu]s +-$/m);
   });
 
 test.after(() => rmSync(dir, { recursive: true, force: true }));
