@@ -20,6 +20,11 @@ import { withBandwidth, type CollectiveResult } from './metrics.js';
 /** Floor rows only at sizes where memory, not caches or call overhead, is what is measured. */
 export const FLOOR_MIN_BYTES = 1 << 20;
 
+/** The allreduce sizes a floor measures: from FLOOR_MIN_BYTES, whole float32 elements (as caseBytes gives them), each once, ascending. */
+export function floorSizes(sizes: number[]): number[] {
+  return [...new Set(sizes.filter((s) => s >= FLOOR_MIN_BYTES).map((s) => Math.floor(s / 4) * 4))].sort((a, b) => a - b);
+}
+
 /** Passes per sample: about 256 MiB of data, at least 2. */
 function passes(bytes: number): number {
   return Math.max(2, Math.round((256 << 20) / bytes));
@@ -39,7 +44,7 @@ export function measureFloor(sizes: number[], samples = 5): CollectiveResult[] {
   const f32 = dtypeCode('float32');
   if (sum === undefined || f32 === undefined) throw new Error('the addon has no float32 sum kernel');
   const out: CollectiveResult[] = [];
-  for (const bytes of sizes.filter((s) => s >= FLOOR_MIN_BYTES).map((s) => Math.floor(s / 4) * 4)) {
+  for (const bytes of floorSizes(sizes)) {
     const k = passes(bytes);
     const kernel: number[] = [];
     const copy: number[] = [];

@@ -1,33 +1,34 @@
 /**
  * The link floor of an allreduce across two emulated hosts, measured in the same run as the
- * systems it bounds: bench/peers/tcp-link.c on host 0 and host 1, one TCP connection, S bytes
- * each way at once for each allreduce size S. Every allreduce between two hosts moves at least
- * that (each host needs S bytes' worth of the other's partial sums), so no implementation over
- * this link is faster, and Gloo's time over the floor bounds the "x Gloo" any could reach here.
+ * systems it is set against: bench/peers/tcp-link.c on host 0 and host 1, one TCP connection,
+ * S bytes each way at once for each allreduce size S. Every allreduce between two hosts moves
+ * at least that (each host needs S bytes' worth of the other's partial sums). It is an
+ * estimate, not a bound: the fastest socket loop we found, measured in its own minute of a
+ * VM whose phases move a transfer by 30%.
  *
- * Rows: system 'floor', provider 'tcp-link', op 'allreduce', np the job's ranks (the rows they
- * bound), sizes from FLOOR_MIN_BYTES (below it, latency and not the link's bandwidth decides).
+ * Rows: system 'floor', provider LINK_FLOOR, op 'allreduce', np the job's ranks (the rows it
+ * is set against), sizes from FLOOR_MIN_BYTES (below it, latency and not the link's bandwidth
+ * decides).
  *
  * The host floor adds what a host must do besides: with one core per emulated host, that core
  * also sums its ranks' arrays (one pass of the sum kernel) and writes the result into the
- * second rank's output (one memcpy); floor.ts measures both in the same run.
+ * second rank's output (one memcpy); floor.ts measures both in the same run. The three are
+ * medians taken at different moments and added, as if nothing overlapped.
  */
 import type { EmulatedHosts } from '../../harness/emulated-hosts.js';
 import { buildPeer } from '../peers/index.js';
 import { describe, finished } from '../peers/spawn.js';
-import { FLOOR_MIN_BYTES, measureFloor } from './floor.js';
-import { caseBytes, withBandwidth, type CollectiveResult, type CollectiveRow } from './metrics.js';
-
-/** The provider name of the rows. */
-export const LINK_FLOOR = 'tcp-link';
+import { floorSizes, measureFloor } from './floor.js';
+import { LINK_FLOOR, withBandwidth, type CollectiveResult, type CollectiveRow } from './metrics.js';
 /** A port on host 0's address that nothing else in the bench listens on. */
 const PORT = 29611;
 
 export interface LinkFloorOptions {
-  /** Requested allreduce sizes (as the sweep's); only those from FLOOR_MIN_BYTES are measured. */
+  /** Requested allreduce sizes (as the sweep's); floorSizes picks those measured. */
   sizes: number[];
   /** Ranks of the job whose allreduce rows the floor is set against. */
   np: number;
+  /** Timed iterations per size (after 2 warm-up ones). */
   iters: number;
   timeoutMs: number;
 }
@@ -46,7 +47,7 @@ export function parseLinkRows(stdout: string, bytes: number[], np: number): Coll
 
 /** Measures the link floor between host 0 and host 1 of `h`; [] when no size reaches FLOOR_MIN_BYTES. */
 export async function measureLinkFloor(h: EmulatedHosts, o: LinkFloorOptions): Promise<CollectiveResult[]> {
-  const bytes = [...new Set(o.sizes.map((s) => caseBytes('allreduce', s, o.np)).filter((b) => b >= FLOOR_MIN_BYTES))].sort((a, b) => a - b);
+  const bytes = floorSizes(o.sizes);
   if (bytes.length === 0 || h.hosts.length < 2) return [];
   const { binary } = await buildPeer('tcp-link');
   const common = ['--addr', h.hosts[0].address, '--port', String(PORT), '--sizes', bytes.join(','), '--iters', String(o.iters), '--timeout-ms', String(o.timeoutMs)];

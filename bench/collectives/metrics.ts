@@ -12,6 +12,9 @@ export function isCollectiveOp(s: string): s is CollectiveOp {
   return (COLLECTIVE_OPS as readonly string[]).includes(s);
 }
 
+/** The provider of the link-floor rows (system 'floor'; link-floor.ts measures them, plot.ts draws them apart). */
+export const LINK_FLOOR = 'tcp-link';
+
 /** Element type of every sweep: float32, summed. */
 export const ELEMENT_BYTES = 4;
 

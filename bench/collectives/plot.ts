@@ -10,12 +10,12 @@ import { mkdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type * as vl from 'vega-lite';
-import type { CollectiveResult } from './metrics.js';
+import { LINK_FLOOR, type CollectiveResult } from './metrics.js';
 import { renderSvg as render } from '../lib/svg.js';
 
 function series(r: CollectiveResult): string {
   if (r.system !== 'floor') return `${r.system} ${r.provider}`;
-  return r.provider === 'tcp-link' ? 'link floor (tcp, the bytes each way)' : `memory floor (${r.provider})`;
+  return r.provider === LINK_FLOOR ? 'link floor (tcp, the bytes each way)' : `memory floor (${r.provider})`;
 }
 
 /** At most 8 of the measured sizes, evenly spaced, the largest always among them. */

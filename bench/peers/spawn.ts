@@ -246,12 +246,18 @@ export function finished(child: ChildProcess, label: string, timeoutMs: number):
   return new Promise((resolve) => {
     const timer = setTimeout(() => {
       try {
-        process.kill(-(child.pid as number), 'SIGKILL');
+        if (child.pid !== undefined) process.kill(-child.pid, 'SIGKILL');
       } catch {
         // the group is gone already
       }
     }, timeoutMs);
-    child.on('exit', (code, signal) => {
+    // A child that could not start: 'error' and no 'close'.
+    child.on('error', (err) => {
+      clearTimeout(timer);
+      resolve({ label, code: -1, signal: null, stdout, stderrTail: `${stderr}cannot start: ${err.message}` });
+    });
+    // 'close', not 'exit': the child's output is read to its end first.
+    child.on('close', (code, signal) => {
       clearTimeout(timer);
       resolve({ label, code, signal, stdout, stderrTail: stderr });
     });

@@ -121,6 +121,9 @@ test('tcp-link: a client with no server stops at its timeout; bad flags get the 
   const bad = await runLink(binary, 'sideways', ['--addr', '127.0.0.1', '--port', '1', '--sizes', '8']);
   assert.equal(bad.code, 1);
   assert.match(bad.stderrTail, /usage: tcp-link --role server\|client/);
+  const short = await runLink(binary, 'client', ['--addr', '127.0.0.1', '--sizes']);
+  assert.equal(short.code, 1);
+  assert.match(short.stderrTail, /flag --sizes has no value/);
 });
 
 test.after(() => rmSync(binDir, { recursive: true, force: true }));
