@@ -136,6 +136,7 @@ export class Board {
   exchangeSync(bytes: Uint8Array, sig: number, call: BoardCall, fold?: BoardFold | BoardRead): void {
     if (this.pending > 0) throw this.abort(new WeftError('EINVAL', `${call.what}: an async board call (a small collective, or a hierarchical one holding the host board) is still running on this context; await it before a blocking one`));
     const k = (this.seq = (this.seq + 1) | 0);
+    this.begin(call, k);
     this.waitSync(DONE, (k - 2) | 0, call);
     this.publish(k, bytes, sig);
     this.waitSync(ARRIVE, k, call);
@@ -179,6 +180,7 @@ export class Board {
 
   private async exchangeNow(bytes: Uint8Array, sig: number, call: BoardCall, fold?: BoardFold | BoardRead): Promise<void> {
     const k = (this.seq = (this.seq + 1) | 0);
+    this.begin(call, k);
     await this.waitAsync(DONE, (k - 2) | 0, call);
     this.publish(k, bytes, sig);
     await this.waitAsync(ARRIVE, k, call);
@@ -263,6 +265,9 @@ export class Board {
   /** What the current wait waits for: every peer's `word` at `k` or beyond. */
   private waitWord = ARRIVE;
   private waitK = 0;
+  /** The call of the latest board step, and the sequence number of its first step (for timeout texts). */
+  private callOf: BoardCall | undefined;
+  private callFirstK = 0;
   private readonly plan: WaitPlan & { call: BoardCall | undefined };
   private readonly isReady = (): boolean => this.behind(this.waitWord, this.waitK) < 0;
 
@@ -286,12 +291,35 @@ export class Board {
     }
     const { deadline } = call;
     if (deadline.signal?.aborted || deadline.remaining() <= 0) {
-      const r = this.members[this.behind(this.waitWord, this.waitK)] ?? -1;
+      const i = this.behind(this.waitWord, this.waitK);
+      const r = this.members[i] ?? -1;
       const why = deadline.signal?.aborted ? "aborted by the caller's AbortSignal" : `timed out after ${Math.round(deadline.timeoutMs)} ms`;
       const stopped = this.device.stoppedText();
-      throw this.abort(new WeftError(deadline.signal?.aborted ? 'EABORTED' : 'ETIMEDOUT', `${call.what}: ${why} waiting for rank ${r} (intra-host board)${stopped || '; is that rank alive and making the same call?'}`));
+      throw this.abort(new WeftError(deadline.signal?.aborted ? 'EABORTED' : 'ETIMEDOUT', `${call.what}: ${why} waiting for rank ${r} (intra-host board)${stopped || this.laggard(i)}`));
     }
   };
+
+  /** Notes the sequence number of a call's first board step (every call has a BoardCall of its own). */
+  private begin(call: BoardCall, k: number): void {
+    if (call === this.callOf) return;
+    this.callOf = call;
+    this.callFirstK = k;
+  }
+
+  /**
+   * What a timeout says of member i, the first one behind. One that made an earlier board step
+   * of this call is in it and has not come back from its work since: on a host board, usually
+   * a leader's step across hosts, held up by another host. (A leader that stalled there used to
+   * be reported as if it might not be making the call at all.)
+   */
+  private laggard(i: number): string {
+    const w = i >= 0 ? this.boards[i]?.words : undefined;
+    if (w && this.waitWord === ARRIVE && ((Atomics.load(w, ARRIVE) - this.callFirstK) | 0) >= 0) {
+      const across = this.members.length < this.device.size ? ' (when it leads this host, its step across hosts: another host may be late or gone)' : '';
+      return `; that rank is in this call (it made an earlier board step of it) and has not finished its work since${across}`;
+    }
+    return '; is that rank alive and making the same call?';
+  }
 
   /** Sleeps on the word of the first rank behind; it wakes us when it moves (SLEEPERS > 0). */
   private readonly bell: Doorbell = {

@@ -182,6 +182,20 @@ if (why) {
     }
   });
 
+  test('a host late to a small allreduce: a rank that times out waiting for its leader says the leader is in the call, across hosts, not that it may be dead', async () => {
+    const r = await runOnHosts(hosts, { perHost: [2, 2], script: HOSTS_RANK, args: ['stall', 'host'], store: redis, timeoutMs: 60_000 });
+    const line = (k: number, out = r.out) => new RegExp(`stall rank ${k}: (.*)`).exec(out)?.[1] ?? '';
+    // Rank 1 times out first, on the host board, waiting for its leader, which is in the call
+    // and waits for host 1: its error says so instead of asking whether rank 0 is alive.
+    assert.match(line(1), /^ETIMEDOUT after \d+ ms \(.*waiting for rank 0 \(intra-host board\); that rank is in this call \(it made an earlier board step of it\) and has not finished its work since \(when it leads this host, its step across hosts: another host may be late or gone\)/, r.out.slice(-2000));
+    assert.not.match(line(1), /is that rank alive/);
+    // Its leader then fails too, by the abort rank 1 sent (or its own timeout, if first).
+    assert.match(line(0), /^E[A-Z]+ after \d+ ms/, r.out.slice(-2000));
+    // A rank that is not in the call at all (rank 1 asleep): rank 0 still asks whether it is.
+    const s = await runOnHosts(hosts, { perHost: [2, 2], script: HOSTS_RANK, args: ['stall', 'rank1'], store: redis, timeoutMs: 60_000 });
+    assert.match(line(0, s.out), /^ETIMEDOUT after \d+ ms \(.*waiting for rank 1 \(intra-host board\); is that rank alive and making the same call\?\)$/, s.out.slice(-2000));
+  });
+
   test('a blocking wait asleep on the shm doorbell wakes for a fabric completion (the relay rings it)', async () => {
     // The device sleeps on its shm futex; a message from the other host must end that sleep,
     // not wait for a 1 ms slice to end (or, before the relay, the whole slice list).

@@ -35,6 +35,12 @@
 //          timeoutMs to allreduce; or every rank makes two untagged small allreduces at once
 //          (concurrent), or two untagged barriers (concurrent-barrier); every rank prints
 //          "badarg rank R: CODE after N ms" for each
+//   stall  (host) the ranks of the last host sleep 3 s before their first allreduce; the others
+//          make it at once, the leaders with a 3 s timeout and the other ranks 1 s, so a leader
+//          waits across hosts and the other ranks of its host time out first, waiting on their
+//          leader. (rank1) rank 1 sleeps instead, and rank 0 times out first (1 s; the others
+//          3 s), waiting on the host board for a rank that is not in the call. Every rank prints
+//          "stall rank R: CODE after N ms (message)"
 import { init, type WeftError } from '../../../src/index.js';
 import { connectRpcMesh } from '../../../src/rpc/index.js';
 
@@ -152,6 +158,19 @@ if (mode === 'info' || mode === 'near') {
     console.log(`badarg rank ${rank}: ${(err as WeftError).code} after ${Math.round(performance.now() - t0)} ms (${(err as Error).message})`);
   }
   await ctx.close({ timeoutMs: 3000 });
+} else if (mode === 'stall') {
+  const byHost = process.argv[3] !== 'rank1';
+  const late = byHost ? ctx.hosts.hostIndex[rank] === Math.max(...ctx.hosts.hostIndex) : rank === 1;
+  if (late) await new Promise((r) => setTimeout(r, 3000));
+  const first = byHost ? ctx.localRank !== 0 : rank === 0;
+  const t0 = performance.now();
+  try {
+    await ctx.allreduce(Float32Array.of(rank), { timeoutMs: first ? 1000 : 3000 });
+    console.log(`stall rank ${rank}: returned`);
+  } catch (err) {
+    console.log(`stall rank ${rank}: ${(err as WeftError).code} after ${Math.round(performance.now() - t0)} ms (${(err as Error).message})`);
+  }
+  await ctx.close({ timeoutMs: 3000 }).catch(() => {});
 } else if (mode === 'closes') {
   const JOBS = 10;
   let slowest = 0;
