@@ -123,7 +123,7 @@ async function runGlooOnHosts(h: EmulatedHosts, o: HostsBenchOptions): Promise<C
 /** One table per op: weft (hierarchical, both APIs), weft flat on ofi, Open MPI, Gloo, and ratios (peer time / weft time). */
 export function hostsTables(rows: AggregatedRow[]): string {
   const get = (system: string, provider: string, op: string, bytes: number) => rows.find((r) => r.system === system && r.provider === provider && r.op === op && r.bytes === bytes);
-  const ratio = (peer: AggregatedRow | undefined, w: AggregatedRow | undefined) => (peer && w ? `${(peer.median_us / w.median_us).toFixed(2)}x` : '-');
+  const ratio = (peer: { median_us: number } | undefined, w: { median_us: number } | undefined) => (peer && w ? `${(peer.median_us / w.median_us).toFixed(2)}x` : '-');
   const out: string[] = [];
   for (const op of [...new Set(rows.map((r) => r.op))]) {
     const sizes = [...new Set(rows.filter((r) => r.op === op && r.system.startsWith('weft')).map((r) => r.bytes))].sort((a, b) => a - b);
@@ -142,7 +142,7 @@ export function hostsTables(rows: AggregatedRow[]): string {
       if (!withLink) return cells;
       const link = get('floor', LINK_FLOOR, op, b);
       const host = hostFloor(rows, b);
-      return [...cells, formatUs(link?.median_us), formatUs(host?.total), gloo && host ? `${(gloo.median_us / host.total).toFixed(2)}x` : '-'];
+      return [...cells, formatUs(link?.median_us), formatUs(host?.total), ratio(gloo, host && { median_us: host.total })];
     });
     const legend = withLink ? `\nlink floor: the bytes any allreduce between the 2 hosts moves, each way at once over one TCP connection (tcp-link);\nhost floor: that plus one sum-kernel pass and one memcpy of the array on one core, as an emulated host's core must do;\nestimates measured in their own minute, not bounds: a system can come in under them` : '';
     out.push(`${op} across emulated hosts (median of the max over ranks; ratios: peer time / weft's better API)\n${table(header, body)}${legend}`);

@@ -191,10 +191,7 @@ export function runAll(launches: Launch[], opts: RunAllOptions): Promise<LaunchR
       children.push(child);
       if (child.pid !== undefined) track(child.pid);
       const r = results[i];
-      child.stdout!.setEncoding('utf8').on('data', (d: string) => (r.stdout += d));
-      child.stderr!.setEncoding('utf8').on('data', (d: string) => {
-        r.stderrTail = (r.stderrTail + d).slice(-TAIL_CHARS);
-      });
+      collect(child, r);
       let done = false;
       const exited = () => {
         if (done) return;
@@ -239,27 +236,39 @@ export function describe(results: LaunchResult[]): string {
  * elsewhere than runAll (inside an emulated host's namespaces).
  */
 export function finished(child: ChildProcess, label: string, timeoutMs: number): Promise<LaunchResult> {
-  let stdout = '';
-  let stderr = '';
-  child.stdout?.on('data', (d) => (stdout += d));
-  child.stderr?.on('data', (d) => (stderr = (stderr + d).slice(-TAIL_CHARS)));
+  const r: LaunchResult = { label, code: null, signal: null, stdout: '', stderrTail: '' };
+  collect(child, r);
+  // Tracked as runAll's are: killed with its tree if this process exits or is interrupted.
+  const pid = child.pid;
+  if (pid !== undefined) track(pid);
   return new Promise((resolve) => {
     const timer = setTimeout(() => {
-      try {
-        if (child.pid !== undefined) process.kill(-child.pid, 'SIGKILL');
-      } catch {
-        // the group is gone already
-      }
+      if (pid !== undefined) killTree(pid);
     }, timeoutMs);
+    const done = () => {
+      clearTimeout(timer);
+      if (pid !== undefined) untrack(pid);
+      resolve(r);
+    };
     // A child that could not start: 'error' and no 'close'.
     child.on('error', (err) => {
-      clearTimeout(timer);
-      resolve({ label, code: -1, signal: null, stdout, stderrTail: `${stderr}cannot start: ${err.message}` });
+      r.code = -1;
+      r.stderrTail += `cannot start: ${err.message}`;
+      done();
     });
     // 'close', not 'exit': the child's output is read to its end first.
-    child.on('close', (code, signal) => {
-      clearTimeout(timer);
-      resolve({ label, code, signal, stdout, stderrTail: stderr });
+    child.on('close', (code, sig) => {
+      r.code = code;
+      r.signal = sig;
+      done();
     });
+  });
+}
+
+/** Gathers a child's stdout and the tail of its stderr into `r` (as text: no character split between chunks). */
+function collect(child: ChildProcess, r: LaunchResult): void {
+  child.stdout?.setEncoding('utf8').on('data', (d: string) => (r.stdout += d));
+  child.stderr?.setEncoding('utf8').on('data', (d: string) => {
+    r.stderrTail = (r.stderrTail + d).slice(-TAIL_CHARS);
   });
 }
